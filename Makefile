@@ -1,0 +1,43 @@
+# outbox-relay: `make demo` and `make test` work on a fresh clone (they install first).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-unit lint format bench services clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/outbox demo --dsn sqlite:///outbox-demo.db
+
+services:
+	bash scripts/ensure-services.sh
+
+test: install services
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: install
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install services
+	$(BIN)/python bench/store.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache outbox-demo.db

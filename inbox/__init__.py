@@ -1,0 +1,1 @@
+"""The consumer side: inbox dedupe, serial groups, retries (``outbox worker``)."""

@@ -1,0 +1,27 @@
+"""outbox-relay: transactional outbox, relay to RabbitMQ/Kafka, inbox with exactly-once effect.
+
+Producer API: ``outbox.store(session_or_connection, queue, type, payload, ...)`` inside your own
+transaction. See README.md.
+"""
+
+from outbox import errors
+from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.schema import Schema, inbox_table, metadata, outbox_table, schema_for
+from outbox.serialization import Serializer, StrictJSONSerializer
+from outbox.store import Message, store, store_many
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "Message",
+    "OutboxConfig",
+    "Schema",
+    "Serializer",
+    "StrictJSONSerializer",
+    "errors",
+    "inbox_table",
+    "metadata",
+    "outbox_table",
+    "schema_for",
+    "store",
+    "store_many",
+]

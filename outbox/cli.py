@@ -1,0 +1,124 @@
+"""The ``outbox`` command. Each subcommand lives with the package it drives.
+
+Every option also reads an environment variable (shown in ``--help``). Exit codes: 0 success,
+1 operation failed (message on stderr), 2 usage error (click's).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from outbox import dsn as dsn_mod
+from outbox import migrate as migrate_mod
+from outbox.config import OutboxConfig
+from outbox.errors import OutboxError
+
+DSN_HELP = (
+    "Database URL: postgresql://user:pass@host/db, mysql://user:pass@host/db "
+    "(MariaDB too) or sqlite:///path.db."
+)
+
+dsn_option = click.option(
+    "--dsn", envvar="OUTBOX_DSN", show_envvar=True, required=True, help=DSN_HELP
+)
+outbox_table_option = click.option(
+    "--outbox-table",
+    envvar="OUTBOX_TABLE",
+    show_envvar=True,
+    default="outbox",
+    show_default=True,
+    help="Name of the outbox table.",
+)
+inbox_table_option = click.option(
+    "--inbox-table",
+    envvar="OUTBOX_INBOX_TABLE",
+    show_envvar=True,
+    default="inbox",
+    show_default=True,
+    help="Name of the inbox table.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="outbox-relay")
+def main() -> None:
+    """outbox-relay: transactional outbox, relay to RabbitMQ/Kafka, inbox with exactly-once effect.
+
+    Producers call outbox.store() inside their own transaction; `outbox relay` publishes
+    committed rows; `outbox worker` runs handlers exactly once per (event_id, consumer).
+    """
+
+
+def fail(message: str) -> None:
+    """Print a clean error (passwords masked) and exit 1."""
+    click.echo(f"error: {dsn_mod.mask(message)}", err=True)
+    sys.exit(1)
+
+
+@main.command()
+@dsn_option
+@click.option(
+    "--sql", "print_sql", is_flag=True, help="Print the SQL for this dialect; run nothing."
+)
+@outbox_table_option
+@inbox_table_option
+def migrate(dsn: str, print_sql: bool, outbox_table: str, inbox_table: str) -> None:
+    """Create or upgrade the outbox and inbox tables (idempotent).
+
+    With --sql, print the DDL for the DSN's dialect instead, for teams that apply migrations
+    themselves. The version is kept in the table outbox_alembic_version.
+    """
+    try:
+        config = OutboxConfig(outbox_table=outbox_table, inbox_table=inbox_table)
+        url = dsn_mod.normalize(dsn)
+        if print_sql:
+            click.echo(migrate_mod.upgrade_sql(url, config), nl=False)
+            return
+        engine = dsn_mod.make_engine(url)
+        before = migrate_mod.current_revision(engine)
+        head = migrate_mod.upgrade(engine, config)
+        engine.dispose()
+    except OutboxError as exc:
+        fail(str(exc))
+    except Exception as exc:  # a database error: say which database, masked
+        fail(f"migrate on {url.render_as_string(hide_password=True)} failed: {exc}")
+    if before == head:
+        click.echo(f"schema already at revision {head}")
+    else:
+        click.echo(f"schema migrated from {before or 'nothing'} to revision {head}")
+
+
+@main.command()
+@click.option(
+    "--dsn",
+    envvar="OUTBOX_DSN",
+    show_envvar=True,
+    default="sqlite:///outbox-demo.db",
+    show_default=True,
+    help=DSN_HELP,
+)
+def demo(dsn: str) -> None:
+    """Store a serial group's jobs next to a domain row in one transaction, and show them."""
+    from outbox.demo import run_demo
+
+    try:
+        run_demo(dsn, echo=click.echo)
+    except OutboxError as exc:
+        fail(str(exc))
+
+
+def _register_package_commands() -> None:
+    # Imported here, not at the top: relay/ and inbox/ import outbox, not the other way round.
+    from inbox.cli import commands as inbox_commands
+    from relay.cli import commands as relay_commands
+
+    for command in (*relay_commands, *inbox_commands):
+        main.add_command(command)
+
+
+_register_package_commands()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

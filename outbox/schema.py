@@ -1,0 +1,129 @@
+"""The ``outbox`` and ``inbox`` tables, declared once.
+
+``outbox.metadata`` holds them under their default names so users can add them to their own
+Alembic history; ``schema_for(config)`` builds them under configured names. Migrations in
+``migrations/`` must produce exactly this (a test compares them on every dialect).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+
+from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.types import JSONDocument, UTCDateTime
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; BIGINT elsewhere.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+NAME_LENGTH = 255
+
+
+@dataclass(frozen=True)
+class Schema:
+    metadata: MetaData
+    outbox: Table
+    inbox: Table
+
+
+def _outbox_table(metadata: MetaData, name: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        # The id is the order: (priority, id) inside a group, id inside a key.
+        Column("id", Id, primary_key=True, autoincrement=True),
+        Column("event_id", Uuid(), nullable=False),
+        Column("queue", String(NAME_LENGTH), nullable=False),
+        Column("priority", SmallInteger(), nullable=False),
+        Column("serial_group", String(NAME_LENGTH), nullable=True),
+        Column("key", String(NAME_LENGTH), nullable=True),
+        Column("type", String(NAME_LENGTH), nullable=False),
+        Column("payload", JSONDocument(), nullable=False),
+        Column("headers", JSONDocument(), nullable=False),
+        Column("occurred_at", UTCDateTime(), nullable=False),
+        Column("available_at", UTCDateTime(), nullable=False),
+        Column("status", String(16), nullable=False, server_default=text("'pending'")),
+        Column("attempts", Integer(), nullable=False, server_default=text("0")),
+        Column("last_error", Text(), nullable=True),
+        Column("sent_at", UTCDateTime(), nullable=True),
+        # MariaDB/MySQL only: how many stores were refused as duplicates. The no-op
+        # ON DUPLICATE KEY UPDATE must change something, or the rowcount cannot tell a
+        # duplicate from an insert under CLIENT_FOUND_ROWS (SQLAlchemy's default).
+        Column("store_conflicts", Integer(), nullable=False, server_default=text("0")),
+        UniqueConstraint("event_id", name=f"uq_{name}_event_id"),
+        # Relay fetch: due pending rows, most urgent first, then id.
+        Index(f"ix_{name}_relay", "status", "priority", "id"),
+        # Group predecessors (job-queue deployment) and head-of-group lookups.
+        Index(f"ix_{name}_group", "queue", "serial_group", "priority", "id"),
+        # Per-key publish order: an earlier unsent row of the same key holds later ones back.
+        Index(f"ix_{name}_key", "queue", "priority", "key", "id"),
+    )
+
+
+def _inbox_table(metadata: MetaData, name: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column("id", Id, primary_key=True, autoincrement=True),
+        Column("event_id", Uuid(), nullable=False),
+        Column("consumer", String(NAME_LENGTH), nullable=False),
+        Column("queue", String(NAME_LENGTH), nullable=False),
+        Column("priority", SmallInteger(), nullable=False),
+        Column("serial_group", String(NAME_LENGTH), nullable=True),
+        # The producer's outbox id: the order inside a group (with priority).
+        Column("seq", BigInteger(), nullable=False),
+        Column("type", String(NAME_LENGTH), nullable=False),
+        Column("payload", JSONDocument(), nullable=True),
+        Column("headers", JSONDocument(), nullable=False),
+        Column("state", String(16), nullable=False),
+        Column("attempts", Integer(), nullable=False, server_default=text("0")),
+        # Duplicate deliveries absorbed for this (event_id, consumer).
+        Column("duplicates", Integer(), nullable=False, server_default=text("0")),
+        Column("claim_token", Uuid(), nullable=True),
+        Column("claimed_at", UTCDateTime(), nullable=True),
+        Column("lease_until", UTCDateTime(), nullable=True),
+        Column("available_at", UTCDateTime(), nullable=False),
+        Column("last_error", Text(), nullable=True),
+        Column("occurred_at", UTCDateTime(), nullable=True),
+        Column("received_at", UTCDateTime(), nullable=False),
+        Column("finished_at", UTCDateTime(), nullable=True),
+        UniqueConstraint("event_id", "consumer", name=f"uq_{name}_event_consumer"),
+        # Claim: a consumer's ready rows by (priority, seq).
+        Index(f"ix_{name}_claim", "consumer", "state", "priority", "seq"),
+        # Blockers and head of group: unfinished rows of (consumer, group) by (priority, seq).
+        Index(f"ix_{name}_group", "consumer", "serial_group", "priority", "seq"),
+        # Retention (prune) and finished-work gauges.
+        Index(f"ix_{name}_finished", "state", "finished_at"),
+    )
+
+
+@lru_cache(maxsize=16)
+def _build(outbox_name: str, inbox_name: str) -> Schema:
+    metadata = MetaData()
+    return Schema(
+        metadata, _outbox_table(metadata, outbox_name), _inbox_table(metadata, inbox_name)
+    )
+
+
+def schema_for(config: OutboxConfig = DEFAULT_CONFIG) -> Schema:
+    return _build(config.outbox_table, config.inbox_table)
+
+
+_default = schema_for(DEFAULT_CONFIG)
+metadata = _default.metadata
+outbox_table = _default.outbox
+inbox_table = _default.inbox

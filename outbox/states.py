@@ -1,0 +1,21 @@
+"""Row states. The transitions are written down in docs/state-machine.md."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# outbox.status
+PENDING: Final = "pending"  # committed, not yet confirmed by the broker
+SENT: Final = "sent"  # the broker confirmed it (or the database source took it)
+FAILED: Final = "failed"  # dead letter: attempts exhausted or permanent refusal; never deleted
+
+# inbox.state
+READY: Final = "ready"  # received, may be claimed when no blocker stands before it
+WAITING: Final = "waiting"  # a blocker of its serial group stands before it
+PROCESSING: Final = "processing"  # claimed by a worker holding claim_token until lease_until
+RETRY: Final = "retry"  # the handler failed; due again at available_at
+DONE: Final = "done"  # the handler's effect committed with this state
+DEAD: Final = "failed"  # attempts exhausted, permanent error or unknown type
+
+INBOX_READY_STATES: Final = (READY, WAITING, RETRY)
+INBOX_UNFINISHED_STATES: Final = (READY, WAITING, PROCESSING, RETRY)

@@ -1,0 +1,155 @@
+"""The message on the wire, the same for RabbitMQ and Kafka (docs/wire-format.md).
+
+Body: the payload's JSON text, UTF-8. Headers: strings; ours carry the ``outbox-`` prefix so
+they never collide with the application's own headers (which ``store()`` keeps off that
+prefix). A consumer in any language needs only a JSON parser and these header names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from outbox.errors import OutboxError
+from outbox.serialization import decode
+
+SCHEMA_VERSION = "1"
+PREFIX = "outbox-"
+H_EVENT_ID = "outbox-event-id"
+H_TYPE = "outbox-type"
+H_QUEUE = "outbox-queue"
+H_PRIORITY = "outbox-priority"
+H_SERIAL_GROUP = "outbox-serial-group"
+H_KEY = "outbox-key"
+H_OUTBOX_ID = "outbox-id"
+H_OCCURRED_AT = "outbox-occurred-at"
+H_SCHEMA_VERSION = "outbox-schema-version"
+CONTENT_TYPE = "application/json"
+
+REQUIRED = (H_EVENT_ID, H_TYPE, H_QUEUE, H_PRIORITY, H_OUTBOX_ID, H_OCCURRED_AT, H_SCHEMA_VERSION)
+
+
+class MalformedMessageError(OutboxError):
+    """A message from the broker that is not in our wire format; ``field`` names the part."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One message as published: routing facts plus the payload's JSON text."""
+
+    event_id: UUID
+    type: str
+    queue: str
+    priority: int
+    outbox_id: int
+    occurred_at: datetime
+    body: str
+    serial_group: str | None = None
+    key: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def wire_headers(self) -> dict[str, str]:
+        headers = dict(self.headers)
+        headers.update(
+            {
+                H_EVENT_ID: str(self.event_id),
+                H_TYPE: self.type,
+                H_QUEUE: self.queue,
+                H_PRIORITY: str(self.priority),
+                H_OUTBOX_ID: str(self.outbox_id),
+                H_OCCURRED_AT: self.occurred_at.astimezone(UTC).isoformat(),
+                H_SCHEMA_VERSION: SCHEMA_VERSION,
+            }
+        )
+        if self.serial_group is not None:
+            headers[H_SERIAL_GROUP] = self.serial_group
+        if self.key is not None:
+            headers[H_KEY] = self.key
+        return headers
+
+    def wire_body(self) -> bytes:
+        return self.body.encode("utf-8")
+
+    def payload(self) -> Any:
+        """The decoded payload; raises ``MalformedMessageError`` for bad JSON."""
+        try:
+            return decode(self.body)
+        except ValueError as exc:
+            raise MalformedMessageError("body", f"not valid JSON: {exc}") from exc
+
+
+def routing_name(queue: str, priority: int) -> str:
+    """Broker queue / topic of a message: ``<queue>_<priority>``."""
+    return f"{queue}_{priority}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def from_wire(raw_headers: Mapping[str, Any] | None, body: bytes | str | None) -> Envelope:
+    """Parse a received message, or raise ``MalformedMessageError`` naming what is wrong."""
+    if raw_headers is None:
+        raise MalformedMessageError("headers", "missing")
+    try:
+        headers = {str(k): _text(v) for k, v in raw_headers.items() if v is not None}
+    except UnicodeDecodeError as exc:
+        raise MalformedMessageError("headers", f"not UTF-8: {exc}") from exc
+    for name in REQUIRED:
+        if name not in headers:
+            raise MalformedMessageError(name, "header missing")
+    if headers[H_SCHEMA_VERSION] != SCHEMA_VERSION:
+        raise MalformedMessageError(
+            H_SCHEMA_VERSION,
+            f"version {headers[H_SCHEMA_VERSION]!r} is not supported (this side reads "
+            f"{SCHEMA_VERSION})",
+        )
+    try:
+        event_id = UUID(headers[H_EVENT_ID])
+    except ValueError as exc:
+        raise MalformedMessageError(H_EVENT_ID, "not a UUID") from exc
+    priority = _int(H_PRIORITY, headers[H_PRIORITY])
+    outbox_id = _int(H_OUTBOX_ID, headers[H_OUTBOX_ID])
+    try:
+        occurred_at = datetime.fromisoformat(headers[H_OCCURRED_AT])
+    except ValueError as exc:
+        raise MalformedMessageError(H_OCCURRED_AT, "not an ISO 8601 timestamp") from exc
+    if occurred_at.tzinfo is None:
+        raise MalformedMessageError(H_OCCURRED_AT, "has no timezone")
+    if body is None:
+        raise MalformedMessageError("body", "missing")
+    try:
+        text = body.decode("utf-8") if isinstance(body, bytes) else body
+    except UnicodeDecodeError as exc:
+        raise MalformedMessageError("body", f"not UTF-8: {exc}") from exc
+    envelope = Envelope(
+        event_id=event_id,
+        type=headers[H_TYPE],
+        queue=headers[H_QUEUE],
+        priority=priority,
+        outbox_id=outbox_id,
+        occurred_at=occurred_at.astimezone(UTC),
+        body=text,
+        serial_group=headers.get(H_SERIAL_GROUP),
+        key=headers.get(H_KEY),
+        headers={k: v for k, v in headers.items() if not k.startswith(PREFIX)},
+    )
+    envelope.payload()  # refuse bad JSON at the door, with the field named
+    return envelope
+
+
+def _int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise MalformedMessageError(name, f"{value!r} is not an integer") from exc

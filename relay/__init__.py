@@ -1,0 +1,1 @@
+"""The relay: publishes committed outbox rows to RabbitMQ or Kafka (``outbox relay``)."""

@@ -1,0 +1,76 @@
+"""Shared fixtures: a fresh migrated database per test on each dialect.
+
+``db_url`` / ``engine`` are parametrised over PostgreSQL, MariaDB and SQLite, so every
+database-facing test runs on all three. Select one with ``-k postgresql`` etc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.engine import URL
+
+from outbox.dsn import make_engine
+from tests.support.databases import DIALECTS, DatabaseFactory
+from tests.support.kafka import KafkaBroker
+
+
+@pytest.fixture(scope="session")
+def db_factories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DatabaseFactory]]:
+    workdir: Path = tmp_path_factory.mktemp("sqlite")
+    factories = {d: DatabaseFactory(d, workdir) for d in DIALECTS}
+    yield factories
+    for factory in factories.values():
+        factory.close()
+
+
+@pytest.fixture(params=DIALECTS)
+def dialect(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db_factory(dialect: str, db_factories: dict[str, DatabaseFactory]) -> DatabaseFactory:
+    return db_factories[dialect]
+
+
+@pytest.fixture
+def db_url(db_factory: DatabaseFactory) -> Iterator[URL]:
+    """A migrated database of its own for this test."""
+    with db_factory.database() as url:
+        yield url
+
+
+@pytest.fixture
+def engine(db_url: URL) -> Iterator[Engine]:
+    eng = make_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def dsn(db_url: URL) -> str:
+    """The test database as a string, for subprocesses and the CLI."""
+    return db_url.render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A Kafka-protocol broker (tansu) for the whole session. Topics persist across tests,
+    so tests use unique queue names."""
+    broker = KafkaBroker(log_path=tmp_path_factory.mktemp("kafka") / "tansu.log")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def kafka_broker_private(tmp_path: Path) -> Iterator[KafkaBroker]:
+    """A broker of this test's own, for tests that stop, kill or restart it."""
+    broker = KafkaBroker(log_path=tmp_path / "tansu.log")
+    broker.start()
+    yield broker
+    broker.stop()

@@ -104,8 +104,9 @@ def _inbox_table(metadata: MetaData, name: str) -> Table:
         UniqueConstraint("event_id", "consumer", name=f"uq_{name}_event_consumer"),
         # Claim: a consumer's ready rows by (priority, seq).
         Index(f"ix_{name}_claim", "consumer", "state", "priority", "seq"),
-        # Blockers and head of group: unfinished rows of (consumer, group) by (priority, seq).
-        Index(f"ix_{name}_group", "consumer", "serial_group", "priority", "seq"),
+        # Blockers and head of group: state before (priority, seq) so a group's lookups read its
+        # unfinished rows only, never its finished history.
+        Index(f"ix_{name}_group", "consumer", "serial_group", "state", "priority", "seq"),
         # Retention (prune) and finished-work gauges.
         Index(f"ix_{name}_finished", "state", "finished_at"),
     )

@@ -16,6 +16,8 @@ PROCESSING: Final = "processing"  # claimed by a worker holding claim_token unti
 RETRY: Final = "retry"  # the handler failed; due again at available_at
 DONE: Final = "done"  # the handler's effect committed with this state
 DEAD: Final = "failed"  # attempts exhausted, permanent error or unknown type
+# Dead under on_dead="halt": failed, and holds its serial group until `outbox inbox unblock`.
+HALTED: Final = "halted"
 
 INBOX_READY_STATES: Final = (READY, WAITING, RETRY)
 INBOX_UNFINISHED_STATES: Final = (READY, WAITING, PROCESSING, RETRY)

@@ -102,14 +102,19 @@ def _insert(conn: Connection, rows: list[dict[str, Any]], config: OutboxConfig) 
     table = schema_for(config).outbox
     family = queries.dialect_family(conn)
     if family == "postgresql":
-        result = conn.execute(queries.insert_postgresql(table, rows, config.notify_channel))
+        if len(rows) == 1:
+            statement = queries.insert_postgresql_one(table, config.notify_channel)
+            result = conn.execute(statement, rows[0])
+        else:
+            statement = queries.insert_postgresql(table, config.notify_channel)
+            result = conn.execute(statement, queries.as_arrays(rows))
         inserted = {r[0] for r in result}
         duplicates = [e for e in event_ids if e not in inserted]
     elif family == "sqlite":
-        inserted = {r[0] for r in conn.execute(queries.insert_sqlite(table, rows))}
+        inserted = {r[0] for r in conn.execute(queries.insert_sqlite(table), rows)}
         duplicates = [e for e in event_ids if e not in inserted]
     else:
-        rowcount = conn.execute(queries.insert_mysql(table, rows)).rowcount
+        rowcount = conn.execute(queries.insert_mysql(table), rows).rowcount
         inserted = set(event_ids)
         duplicates = []
         if rowcount != len(rows):

@@ -1,0 +1,154 @@
+"""Producer-side cost of the outbox (not a test): prints one table of ratios from one run.
+
+    .venv/bin/python bench/store.py [--rounds 7] [--txns 300]
+
+(a) a domain transaction inserting one order row, without and with one ``store()``;
+(b) 100 messages in one transaction: ``store_many()`` once vs ``store()`` 100 times.
+Variants run interleaved, round by round, on the same database, and the table shows the
+median of the rounds: the machine is shared and noisy, ratios hold where absolute times drift.
+Goals (issue "Foundation"): with/without <= 1.25; store_many >= 5x fewer seconds per message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+
+from sqlalchemy import (
+    Column,
+    Engine,
+    Integer,
+    MetaData,
+    Numeric,
+    String,
+    Table,
+    create_engine,
+    text,
+)
+
+import outbox
+from outbox import migrate
+from outbox.dsn import make_engine
+
+TARGETS = {
+    "postgresql": "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+    "mariadb": "mysql+pymysql://root@127.0.0.1:3306/test",
+}
+
+orders_meta = MetaData()
+orders = Table(
+    "bench_orders",
+    orders_meta,
+    Column("id", Integer, primary_key=True),
+    Column("customer", String(100), nullable=False),
+    Column("total", Numeric(10, 2), nullable=False),
+)
+PAYLOAD = {"order_id": 17, "customer": "ACME", "lines": [{"sku": "X-1", "qty": 2}] * 5}
+
+
+def bench_db(name: str, admin_url: str) -> tuple[Engine, str]:
+    db = f"outbox_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(
+            text(f'CREATE DATABASE "{db}"' if name == "postgresql" else f"CREATE DATABASE `{db}`")
+        )
+    admin.dispose()
+    engine = make_engine(admin_url.rsplit("/", 1)[0] + "/" + db)
+    migrate.upgrade(engine)
+    orders_meta.create_all(engine)
+    return engine, db
+
+
+def drop_db(name: str, admin_url: str, engine: Engine, db: str) -> None:
+    engine.dispose()
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(
+            text(
+                f'DROP DATABASE "{db}" WITH (FORCE)'
+                if name == "postgresql"
+                else f"DROP DATABASE `{db}`"
+            )
+        )
+    admin.dispose()
+
+
+def timed(fn: Callable[[], None], repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat
+
+
+def run(name: str, engine: Engine, rounds: int, txns: int) -> dict[str, float]:
+    def without() -> None:
+        with engine.begin() as conn:
+            conn.execute(orders.insert().values(customer="ACME", total=Decimal("10.00")))
+
+    def with_store() -> None:
+        with engine.begin() as conn:
+            conn.execute(orders.insert().values(customer="ACME", total=Decimal("10.00")))
+            outbox.store(conn, "orders", "order.placed", PAYLOAD, serial_group="c-17")
+
+    batch = [outbox.Message("orders", "order.placed", PAYLOAD, serial_group="c-17")] * 100
+
+    def many() -> None:
+        with engine.begin() as conn:
+            outbox.store_many(conn, [outbox.Message(m.queue, m.type, m.payload) for m in batch])
+
+    def singles() -> None:
+        with engine.begin() as conn:
+            for m in batch:
+                outbox.store(conn, m.queue, m.type, m.payload)
+
+    results: dict[str, list[float]] = {"without": [], "with": [], "many": [], "singles": []}
+    for fn in (without, with_store, many, singles):  # warm up pools and statement caches
+        fn()
+    for _ in range(rounds):
+        results["without"].append(timed(without, txns))
+        results["with"].append(timed(with_store, txns))
+        results["many"].append(timed(many, max(1, txns // 30)) / 100)
+        results["singles"].append(timed(singles, max(1, txns // 30)) / 100)
+    return {k: statistics.median(v) for k, v in results.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--txns", type=int, default=300, help="transactions per round and variant")
+    parser.add_argument("--db", choices=sorted(TARGETS), action="append")
+    args = parser.parse_args()
+    rows = []
+    for name in args.db or sorted(TARGETS):
+        engine, db = bench_db(name, TARGETS[name])
+        try:
+            rows.append((name, run(name, engine, args.rounds, args.txns)))
+        finally:
+            drop_db(name, TARGETS[name], engine, db)
+
+    print(f"outbox-relay bench/store.py  rounds={args.rounds} txns/round={args.txns} (medians)")
+    header = (
+        f"{'database':<11}{'txn w/o':>10}{'txn with':>10}{'with/w/o':>10}{'goal':>7}"
+        f"{'single/msg':>12}{'many/msg':>10}{'speed-up':>10}{'goal':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, r in rows:
+        ratio = r["with"] / r["without"]
+        speedup = r["singles"] / r["many"]
+        print(
+            f"{name:<11}{r['without'] * 1e3:>8.3f}ms{r['with'] * 1e3:>8.3f}ms{ratio:>10.2f}"
+            f"{'<=1.25':>7}{r['singles'] * 1e6:>10.1f}us{r['many'] * 1e6:>8.1f}us"
+            f"{speedup:>9.1f}x{'>=5x':>7}"
+        )
+
+
+if __name__ == "__main__":
+    main()

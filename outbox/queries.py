@@ -9,12 +9,12 @@ so the caller's transaction is never aborted (an error would poison a PostgreSQL
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
-from functools import lru_cache
-
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     DateTime,
     Integer,
@@ -73,14 +73,12 @@ def insert_postgresql(table: Table, channel: str) -> Select[Any]:
         "occurred_at": DateTime(timezone=True),
         "available_at": DateTime(timezone=True),
     }
-    arrays = []
+    arrays: list[ColumnElement[Any]] = []
     for name in _COLUMNS:
         array = func.unnest(
             bindparam(name, type_=postgresql.ARRAY(element_types.get(name, Text())))
         )
-        if name in ("payload", "headers"):
-            array = cast(array, postgresql.JSONB())
-        arrays.append(array)
+        arrays.append(cast(array, postgresql.JSONB()) if name in ("payload", "headers") else array)
     inserted = (
         postgresql.insert(table)
         .from_select(list(_COLUMNS), select(*arrays))

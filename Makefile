@@ -22,6 +22,7 @@ services:
 	bash scripts/ensure-services.sh
 
 test: install services
+	bash scripts/ensure-promtool.sh
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: install

@@ -2,6 +2,184 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+import sys
+
 import click
 
+from inbox.consumer import Consumer
+from outbox import dsn as dsn_mod
+from outbox.errors import OutboxError
+
 commands: list[click.Command] = []
+
+DSN_HELP = (
+    "Database URL: postgresql://user:pass@host/db, mysql://user:pass@host/db "
+    "(MariaDB too) or sqlite:///path.db."
+)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {dsn_mod.mask(message)}", err=True)
+    sys.exit(1)
+
+
+def load_consumer(target: str) -> Consumer:
+    """``package.module:attribute`` -> the Consumer. The path comes from the operator's
+    command line, never from message data."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter("expected MODULE:CONSUMER, e.g. myapp.jobs:consumer")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the operator's project is importable
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+    consumer = getattr(module, attribute, None)
+    if not isinstance(consumer, Consumer):
+        raise click.BadParameter(f"{target!r} is not an inbox.Consumer")
+    return consumer
+
+
+@click.command()
+@click.argument("target", metavar="MODULE:CONSUMER")
+@click.option("--dsn", envvar="OUTBOX_DSN", show_envvar=True, required=True, help=DSN_HELP)
+@click.option(
+    "--source",
+    envvar="OUTBOX_SOURCE",
+    show_envvar=True,
+    default="",
+    help="Broker URL (amqp://... or kafka://...); empty: take messages from the database.",
+)
+@click.option(
+    "--queue",
+    "queues",
+    envvar="OUTBOX_QUEUE",
+    show_envvar=True,
+    multiple=True,
+    help="Receive only these of the consumer's queues (repeat). Default: all of them.",
+)
+@click.option(
+    "--concurrency",
+    envvar="OUTBOX_CONCURRENCY",
+    show_envvar=True,
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Handler threads in this process.",
+)
+@click.option(
+    "--poll-interval",
+    envvar="OUTBOX_POLL_INTERVAL",
+    show_envvar=True,
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.01, 60),
+    help="Seconds between looks when idle (PostgreSQL also wakes on NOTIFY).",
+)
+@click.option(
+    "--stop-when-idle",
+    envvar="OUTBOX_STOP_WHEN_IDLE",
+    show_envvar=True,
+    is_flag=True,
+    help="Exit 0 once nothing is left to receive, run or retry.",
+)
+@click.option(
+    "--time-limit",
+    envvar="OUTBOX_TIME_LIMIT",
+    show_envvar=True,
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Exit 0 after this many seconds (supervisord restarts it).",
+)
+@click.option(
+    "--metrics-port",
+    envvar="OUTBOX_METRICS_PORT",
+    type=int,
+    default=None,
+    hidden=True,  # accepted now; the metrics endpoint arrives with the metrics release
+)
+@click.option("--log-level", envvar="OUTBOX_LOG_LEVEL", show_envvar=True, default="INFO")
+def worker(
+    target: str,
+    dsn: str,
+    source: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    poll_interval: float,
+    stop_when_idle: bool,
+    time_limit: float | None,
+    metrics_port: int | None,
+    log_level: str,
+) -> None:
+    """Run CONSUMER's handlers: receive, dedupe into the inbox, run each message once.
+
+    SIGTERM lets running handlers finish, then exits 0.
+    """
+    from inbox.sources import source_from_url
+    from inbox.worker import Worker, WorkerOptions
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    consumer = load_consumer(target)
+    unknown = sorted(set(queues) - set(consumer.queues))
+    if unknown:
+        raise click.BadParameter(
+            f"not queues of {consumer.name!r}: {unknown}", param_hint="--queue"
+        )
+    try:
+        # No pre-ping: the loops survive a lost connection (it is invalidated and replaced),
+        # and a ping per checkout would double the round trips of a claim.
+        engine = dsn_mod.make_engine(dsn, pool_size=concurrency + 4, pool_pre_ping=False)
+        config = consumer.config
+        chosen = list(queues) or list(consumer.queues)
+        src = source_from_url(
+            source or None,
+            engine=engine,
+            queues=chosen,
+            priorities=range(config.min_priority, config.max_priority + 1),
+            consumer_name=consumer.name,
+        )
+        options = WorkerOptions(
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            stop_when_idle=stop_when_idle,
+            time_limit=time_limit,
+        )
+        code = Worker(consumer, engine, src, options, broker=bool(source)).run()
+    except OutboxError as exc:
+        _fail(str(exc))
+    engine.dispose()
+    sys.exit(code)
+
+
+@click.group(name="inbox")
+def inbox_group() -> None:
+    """Inspect and repair the inbox."""
+
+
+@inbox_group.command()
+@click.argument("group")
+@click.option("--consumer", required=True, envvar="OUTBOX_CONSUMER", show_envvar=True)
+@click.option("--dsn", envvar="OUTBOX_DSN", show_envvar=True, required=True, help=DSN_HELP)
+def unblock(group: str, consumer: str, dsn: str) -> None:
+    """Release GROUP, halted by a dead message (on_dead="halt"); its next message runs."""
+    from inbox.admin import unblock as unblock_group
+
+    try:
+        engine = dsn_mod.make_engine(dsn)
+        released = unblock_group(engine, consumer, group)
+        engine.dispose()
+    except OutboxError as exc:
+        _fail(str(exc))
+    if released:
+        click.echo(f"group {group!r} of consumer {consumer!r} released")
+    else:
+        click.echo(f"group {group!r} of consumer {consumer!r} was not halted")
+
+
+commands.extend([worker, inbox_group])

@@ -112,9 +112,10 @@ def demo(dsn: str) -> None:
 def _register_package_commands() -> None:
     # Imported here, not at the top: relay/ and inbox/ import outbox, not the other way round.
     from inbox.cli import commands as inbox_commands
+    from outbox.ops.cli import commands as ops_commands
     from relay.cli import commands as relay_commands
 
-    for command in (*relay_commands, *inbox_commands):
+    for command in (*relay_commands, *inbox_commands, *ops_commands):
         main.add_command(command)
 
 

@@ -38,6 +38,7 @@ class Schema:
     metadata: MetaData
     outbox: Table
     inbox: Table
+    audit: Table
 
 
 def _outbox_table(metadata: MetaData, name: str) -> Table:
@@ -70,7 +71,9 @@ def _outbox_table(metadata: MetaData, name: str) -> Table:
         # Group predecessors (job-queue deployment) and head-of-group lookups.
         Index(f"ix_{name}_group", "queue", "serial_group", "priority", "id"),
         # Per-key publish order: an earlier unsent row of the same key holds later ones back.
-        Index(f"ix_{name}_key", "queue", "priority", "key", "id"),
+        # status before id: the relay's "earlier pending row of this key?" probe is then one
+        # index seek, however many sent rows the key has accumulated.
+        Index(f"ix_{name}_key", "queue", "priority", "key", "status", "id"),
     )
 
 
@@ -112,11 +115,33 @@ def _inbox_table(metadata: MetaData, name: str) -> Table:
     )
 
 
+def _audit_table(metadata: MetaData, name: str) -> Table:
+    """Who did what to which rows, and why: written by ``outbox retry`` and the other operator
+    commands that change rows by hand. Never written by the relay or the worker."""
+    return Table(
+        name,
+        metadata,
+        Column("id", Id, primary_key=True, autoincrement=True),
+        Column("at", UTCDateTime(), nullable=False),
+        Column("actor", String(NAME_LENGTH), nullable=False),
+        Column("action", String(32), nullable=False),
+        Column("target", String(16), nullable=False),
+        Column("reason", Text(), nullable=False),
+        Column("row_count", Integer(), nullable=False),
+        # The ids touched, as a JSON list.
+        Column("row_ids", JSONDocument(), nullable=False),
+        Index(f"ix_{name}_at", "at"),
+    )
+
+
 @lru_cache(maxsize=16)
 def _build(outbox_name: str, inbox_name: str) -> Schema:
     metadata = MetaData()
     return Schema(
-        metadata, _outbox_table(metadata, outbox_name), _inbox_table(metadata, inbox_name)
+        metadata,
+        _outbox_table(metadata, outbox_name),
+        _inbox_table(metadata, inbox_name),
+        _audit_table(metadata, f"{outbox_name}_audit"),
     )
 
 
@@ -128,3 +153,4 @@ _default = schema_for(DEFAULT_CONFIG)
 metadata = _default.metadata
 outbox_table = _default.outbox
 inbox_table = _default.inbox
+audit_table = _default.audit

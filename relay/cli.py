@@ -2,6 +2,250 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
 import click
+from click.decorators import FC
+
+from outbox import dsn as dsn_mod
+from outbox.backoff import Backoff
+from outbox.config import OutboxConfig
+from outbox.errors import OutboxError
 
 commands: list[click.Command] = []
+
+DSN_HELP = (
+    "Database URL: postgresql://user:pass@host/db, mysql://user:pass@host/db "
+    "(MariaDB too) or sqlite:///path.db."
+)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {dsn_mod.mask(message)}", err=True)
+    sys.exit(1)
+
+
+def _opt(name: str, env: str, *dest: str, **kwargs: Any) -> Callable[[FC], FC]:
+    """A click option that also reads ``env`` (shown in --help)."""
+    return click.option(name, *dest, envvar=env, show_envvar=True, **kwargs)
+
+
+@click.command()
+@_opt("--dsn", "OUTBOX_DSN", required=True, help=DSN_HELP)
+@_opt(
+    "--broker",
+    "OUTBOX_BROKER",
+    required=True,
+    help="amqp://user:pass@host:5672/vhost (RabbitMQ) or kafka://host:9092[,host2] (Kafka).",
+)
+@_opt(
+    "--queue",
+    "OUTBOX_QUEUE",
+    "queues",
+    multiple=True,
+    help="Relay only this queue (repeatable; env: space-separated). Default: all queues.",
+)
+@_opt("--batch-size", "OUTBOX_BATCH_SIZE", default=100, show_default=True, type=click.IntRange(1))
+@_opt(
+    "--poll-interval",
+    "OUTBOX_POLL_INTERVAL",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="Seconds between polls when idle (PostgreSQL also wakes up on NOTIFY).",
+)
+@_opt(
+    "--max-attempts",
+    "OUTBOX_MAX_ATTEMPTS",
+    default=5,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Broker refusals before a row is 'failed' (dead letter, never deleted).",
+)
+@_opt(
+    "--backoff-base",
+    "OUTBOX_BACKOFF_BASE",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="Row retry backoff: uniform(0, min(max, base * 2**(attempt-1))) seconds.",
+)
+@_opt("--backoff-max", "OUTBOX_BACKOFF_MAX", default=300.0, show_default=True, type=float)
+@_opt(
+    "--time-limit",
+    "OUTBOX_TIME_LIMIT",
+    type=click.FloatRange(min=0.001),
+    help="Exit 0 after this many seconds (after the current batch), for periodic restarts.",
+)
+@_opt(
+    "--max-messages",
+    "OUTBOX_MAX_MESSAGES",
+    type=click.IntRange(1),
+    help="Exit 0 after publishing this many messages.",
+)
+@_opt(
+    "--stop-when-idle",
+    "OUTBOX_STOP_WHEN_IDLE",
+    is_flag=True,
+    help="Exit 0 as soon as nothing is due (tests, one-off drains).",
+)
+@_opt(
+    "--no-notify",
+    "OUTBOX_NO_NOTIFY",
+    is_flag=True,
+    help="PostgreSQL: do not LISTEN for store() notifications; poll only.",
+)
+@_opt(
+    "--fanout",
+    "OUTBOX_RABBITMQ_FANOUT",
+    is_flag=True,
+    help="RabbitMQ: publish to a fan-out exchange per <queue>_<priority> (consumers bind).",
+)
+@_opt(
+    "--queue-arguments",
+    "OUTBOX_RABBITMQ_QUEUE_ARGUMENTS",
+    default="",
+    help='RabbitMQ: JSON arguments for queue_declare, e.g. \'{"x-queue-type": "quorum"}\'.',
+)
+@_opt(
+    "--kafka-partitions",
+    "OUTBOX_KAFKA_PARTITIONS",
+    type=click.IntRange(1),
+    default=3,
+    show_default=True,
+    help="Kafka: partitions of the topics the relay creates.",
+)
+@_opt("--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True, help="Outbox table.")
+@_opt(
+    "--notify-channel",
+    "OUTBOX_NOTIFY_CHANNEL",
+    default="outbox_relay",
+    show_default=True,
+    help="PostgreSQL channel store() notifies.",
+)
+@_opt(
+    "--metrics-port",
+    "OUTBOX_METRICS_PORT",
+    type=click.IntRange(1, 65535),
+    help="Serve Prometheus metrics (published, publish errors, batch seconds) on this port.",
+)
+@_opt(
+    "--metrics-host",
+    "OUTBOX_METRICS_HOST",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server binds.",
+)
+@_opt("--log-level", "OUTBOX_LOG_LEVEL", default="INFO", show_default=True)
+def relay(
+    dsn: str,
+    broker: str,
+    queues: tuple[str, ...],
+    batch_size: int,
+    poll_interval: float,
+    max_attempts: int,
+    backoff_base: float,
+    backoff_max: float,
+    time_limit: float | None,
+    max_messages: int | None,
+    stop_when_idle: bool,
+    no_notify: bool,
+    fanout: bool,
+    queue_arguments: str,
+    kafka_partitions: int,
+    outbox_table: str,
+    notify_channel: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_level: str,
+) -> None:
+    """Publish committed outbox rows to RabbitMQ or Kafka (<queue>_<priority>).
+
+    Several relays may share one PostgreSQL or MariaDB database (FOR UPDATE SKIP LOCKED);
+    SQLite allows one relay per file. SIGTERM/SIGINT finish the current batch and exit 0.
+    """
+    # Imported here: `outbox --help` must not load pika and SQLAlchemy engines.
+    from relay.metrics import RelayMetrics
+    from relay.publishers import publisher_from_url
+    from relay.relay import Relay, RelaySettings
+
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s",
+    )
+    if not broker.strip():
+        _fail("broker: empty; the relay needs --broker (the database source is the worker's)")
+    try:
+        options: dict[str, Any] = {}
+        if broker.startswith("amqp"):
+            options["fanout"] = fanout
+            if queue_arguments:
+                parsed = json.loads(queue_arguments)
+                if not isinstance(parsed, dict):
+                    raise OutboxError("queue-arguments: expected a JSON object")
+                options["queue_arguments"] = parsed
+        elif broker.startswith("kafka"):
+            options["partitions"] = kafka_partitions
+        config = OutboxConfig(outbox_table=outbox_table, notify_channel=notify_channel)
+        settings = RelaySettings(
+            batch_size=batch_size,
+            poll_interval=poll_interval,
+            max_attempts=max_attempts,
+            backoff=Backoff(backoff_base, backoff_max),
+            queues=tuple(q for arg in queues for q in arg.split()),
+            time_limit=time_limit,
+            max_messages=max_messages,
+            stop_when_idle=stop_when_idle,
+            use_notify=not no_notify,
+            config=config,
+        )
+        engine = dsn_mod.make_engine(dsn)
+        publisher = publisher_from_url(broker, **options)
+        metrics = RelayMetrics()
+        if metrics_port is not None:
+            metrics.serve(metrics_port, metrics_host)
+        worker = Relay(engine, publisher, settings, metrics=metrics)
+    except (OutboxError, ValueError) as exc:
+        _fail(str(exc))
+        return
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("relay").info(
+            "%s: finishing the current batch", signal.Signals(signum).name
+        )
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    logging.getLogger("relay").info(
+        "relay started: database %s, broker %s, queues %s",
+        engine.url.render_as_string(hide_password=True),
+        dsn_mod.mask(broker),
+        ", ".join(settings.queues) or "all",
+    )
+    try:
+        stats = worker.run()
+    except OutboxError as exc:
+        _fail(str(exc))
+        return
+    finally:
+        engine.dispose()
+    logging.getLogger("relay").info(
+        "relay exiting (%s): %d published, %d refused, %d failed, %d broker errors, "
+        "%d database errors",
+        stats.exit_reason,
+        stats.sent,
+        stats.refused,
+        stats.failed,
+        stats.broker_errors,
+        stats.database_errors,
+    )
+
+
+commands.append(relay)

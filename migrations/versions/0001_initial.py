@@ -54,7 +54,7 @@ def upgrade() -> None:
     )
     op.create_index(f"ix_{outbox}_relay", outbox, ["status", "priority", "id"])
     op.create_index(f"ix_{outbox}_group", outbox, ["queue", "serial_group", "priority", "id"])
-    op.create_index(f"ix_{outbox}_key", outbox, ["queue", "priority", "key", "id"])
+    op.create_index(f"ix_{outbox}_key", outbox, ["queue", "priority", "key", "status", "id"])
 
     op.create_table(
         inbox,
@@ -82,11 +82,28 @@ def upgrade() -> None:
         sa.UniqueConstraint("event_id", "consumer", name=f"uq_{inbox}_event_consumer"),
     )
     op.create_index(f"ix_{inbox}_claim", inbox, ["consumer", "state", "priority", "seq"])
-    op.create_index(f"ix_{inbox}_group", inbox, ["consumer", "serial_group", "priority", "seq"])
+    op.create_index(
+        f"ix_{inbox}_group", inbox, ["consumer", "serial_group", "state", "priority", "seq"]
+    )
     op.create_index(f"ix_{inbox}_finished", inbox, ["state", "finished_at"])
+
+    audit = f"{outbox}_audit"
+    op.create_table(
+        audit,
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("at", UTCDateTime(), nullable=False),
+        sa.Column("actor", sa.String(255), nullable=False),
+        sa.Column("action", sa.String(32), nullable=False),
+        sa.Column("target", sa.String(16), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("row_count", sa.Integer(), nullable=False),
+        sa.Column("row_ids", JSONDocument(), nullable=False),
+    )
+    op.create_index(f"ix_{audit}_at", audit, ["at"])
 
 
 def downgrade() -> None:
     outbox, inbox = _names()
+    op.drop_table(f"{outbox}_audit")
     op.drop_table(inbox)
     op.drop_table(outbox)

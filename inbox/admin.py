@@ -1,0 +1,27 @@
+"""Operator actions on the inbox (the CLI's ``outbox inbox ...`` calls these)."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from inbox import queries
+from inbox.claims import Claimer
+from inbox.consumer import Consumer
+from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.schema import schema_for
+
+
+def unblock(
+    engine: Engine, consumer: str, group: str, *, config: OutboxConfig = DEFAULT_CONFIG
+) -> int:
+    """Release a group halted by a dead message (on_dead="halt"): the halted row stays
+    ``failed`` (the CLI can retry it) and the group's next message becomes ready.
+    Returns how many halted rows were released (0: the group was not halted)."""
+    table = schema_for(config).inbox
+    with engine.begin() as conn:
+        released = conn.execute(queries.unblock(table, consumer, group)).rowcount
+    if released:
+        # Only the name and config matter to the head-of-group pass; any queue will do.
+        stub = Consumer(consumer, queues=["unblock"], config=config)
+        Claimer(stub, engine, job_queue=False).promote_group(group)
+    return int(released)

@@ -1,0 +1,251 @@
+"""Claiming inbox rows: group lock, blockers, conditional claim; and the head-of-group pass.
+
+Every claim of a grouped row runs ``lock -> blockers -> UPDATE ... WHERE state IN (ready)``
+in one transaction; the UPDATE's rowcount (1 or 0) decides, so a message delivered twice,
+or a row changed underneath, is claimed by one worker at most (G4, G9).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID, uuid4
+
+from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy.exc import OperationalError
+
+from inbox import queries
+from inbox.consumer import Consumer
+from inbox.ingest import wake_payload
+from inbox.locks import group_transaction
+from outbox import states
+from outbox.clock import utcnow
+from outbox.schema import schema_for
+
+log = logging.getLogger("inbox.claims")
+
+
+@dataclass(frozen=True)
+class Claim:
+    row_id: int
+    token: UUID
+    serial_group: str | None
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: int
+    serial_group: str | None
+    priority: int
+    seq: int
+    state: str
+
+
+class Claimer:
+    """Claims for one consumer on one database.
+
+    ``job_queue``: the outbox lives in this database, so its undelivered rows are members of
+    their groups (G5); None = find out (does the database hold the outbox table?).
+    ``broker``: messages arrive through a broker, so sent-but-not-received outbox rows are in
+    flight and count too (within ``consumer.delivery_window``).
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        engine: Engine,
+        *,
+        job_queue: bool | None = None,
+        broker: bool = False,
+        clock: Callable[[], datetime] = utcnow,
+        batch: int = 20,
+    ) -> None:
+        self.consumer = consumer
+        self.engine = engine
+        self.clock = clock
+        self.batch = batch
+        self.broker = broker
+        schema = schema_for(consumer.config)
+        self.inbox = schema.inbox
+        self.outbox = schema.outbox
+        if job_queue is None:
+            job_queue = inspect(engine).has_table(self.outbox.name)
+        self.job_queue = job_queue
+        self.family = engine.dialect.name if engine.dialect.name != "mariadb" else "mysql"
+        self.on_promoted: Callable[[], None] | None = None
+
+    @property
+    def skip_retry(self) -> bool:
+        return self.consumer.on_retry == "skip"
+
+    # --- claim ------------------------------------------------------------------------------
+
+    def claim_next(self) -> Claim | None:
+        """Claim the most urgent row that may run now, or None. Never raises for a busy lock
+        or a lost race: the row is simply tried again later."""
+        now = self.clock()
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                queries.candidates(self.inbox, self.consumer.name, now, self.batch)
+            ).all()
+        for row in rows:
+            candidate = Candidate(row.id, row.serial_group, row.priority, row.seq, row.state)
+            try:
+                claim = self.try_claim(candidate, lock_timeout=0)
+            except OperationalError as exc:  # lock/statement timeout, database busy
+                log.warning("claim of inbox row %s deferred: %s", candidate.id, exc.orig)
+                continue
+            if claim is not None:
+                return claim
+        return None
+
+    def try_claim(self, candidate: Candidate, lock_timeout: float | None = None) -> Claim | None:
+        """Claim one candidate. ``lock_timeout`` 0 (what ``claim_next`` uses): if another
+        worker holds the group lock right now, give up at once and try another candidate."""
+        group = candidate.serial_group
+        timeout = self.consumer.group_lock_timeout if lock_timeout is None else lock_timeout
+        with group_transaction(self.engine, self.consumer.name, group, timeout) as conn:
+            if conn is None:
+                return None  # the group lock is busy: later
+            now = self.clock()
+            if group is not None:
+                # A processing row whose lease expired was already running: taking it back
+                # is a continuation, so only exclusion applies to it, not ordering.
+                resumed = candidate.state == states.PROCESSING
+                if self.blocked(conn, candidate, now, ordering=not resumed):
+                    conn.execute(queries.mark_waiting(self.inbox, candidate.id, now))
+                    return None
+            return self._claim(conn, candidate, group, now)
+
+    def _claim(
+        self, conn: Connection, candidate: Candidate, group: str | None, now: datetime
+    ) -> Claim | None:
+        """The conditional claim: ours only if it changed exactly one row."""
+        token = uuid4()
+        lease = now + timedelta(seconds=self.consumer.visibility_timeout)
+        result = conn.execute(queries.claim(self.inbox, candidate.id, token, now, lease))
+        if result.rowcount != 1:
+            return None  # someone else claimed or finished it first
+        attempt = conn.execute(queries.load(self.inbox, candidate.id)).one().attempts
+        return Claim(candidate.id, token, group, int(attempt))
+
+    def blocked(
+        self, conn: Connection, row: Candidate, now: datetime, ordering: bool = True
+    ) -> bool:
+        assert row.serial_group is not None
+        found = conn.execute(
+            queries.inbox_blocker(
+                self.inbox,
+                consumer=self.consumer.name,
+                group=row.serial_group,
+                row_id=row.id,
+                priority=row.priority,
+                seq=row.seq,
+                now=now,
+                skip_retry=self.skip_retry,
+                ordering=ordering,
+            )
+        ).first()
+        if found is not None:
+            return True
+        if not (ordering and self.job_queue):
+            return False
+        sent_since = now - timedelta(seconds=self.consumer.delivery_window) if self.broker else None
+        return (
+            conn.execute(
+                queries.outbox_blocker(
+                    self.outbox,
+                    self.inbox,
+                    consumer=self.consumer.name,
+                    queues=self.consumer.queues,
+                    group=row.serial_group,
+                    priority=row.priority,
+                    seq=row.seq,
+                    sent_since=sent_since,
+                )
+            ).first()
+            is not None
+        )
+
+    # --- head of group ----------------------------------------------------------------------
+
+    def promote_group(self, group: str) -> bool:
+        """Make the group's head READY if it is WAITING and nothing stands before it (the
+        periodic pass, ``unblock``), and wake the workers."""
+        done, _ = self._advance(group, take=False)
+        return done
+
+    def take_next(self, group: str) -> Claim | None:
+        """The worker that just finished a message of ``group`` claims the group's next head
+        itself, in the same locked transaction: it starts at once, no poll interval, no herd
+        of woken workers racing for it."""
+        _, claim = self._advance(group, take=True)
+        return claim
+
+    def _advance(self, group: str, take: bool) -> tuple[bool, Claim | None]:
+        claim = None
+        try:
+            with group_transaction(
+                self.engine, self.consumer.name, group, self.consumer.group_lock_timeout
+            ) as conn:
+                if conn is None:
+                    return False, None  # not in time: the periodic pass will do it
+                now = self.clock()
+                head = conn.execute(
+                    queries.group_head(self.inbox, self.consumer.name, group, now, self.skip_retry)
+                ).first()
+                if head is None or (head.state != states.WAITING and not take):
+                    return False, None
+                candidate = Candidate(head.id, group, head.priority, head.seq, head.state)
+                if self.blocked(conn, candidate, now):
+                    return False, None
+                if take:
+                    claim = self._claim(conn, candidate, group, now)
+                    done = claim is not None
+                else:
+                    done = conn.execute(queries.promote(self.inbox, head.id)).rowcount == 1
+                    if done and self.family == "postgresql":
+                        self._notify(conn)
+        except OperationalError as exc:
+            log.warning("head of group %r deferred: %s", group, exc.orig)
+            return False, None
+        if done and not take and self.on_promoted is not None:
+            self.on_promoted()
+        return done, claim
+
+    def head_pass(self) -> int:
+        """Promote every group whose head is WAITING with nothing running (safety net)."""
+        now = self.clock()
+        with self.engine.connect() as conn:
+            heads = conn.execute(
+                queries.waiting_heads(self.inbox, self.consumer.name, now, self.skip_retry)
+            ).all()
+        return sum(1 for h in heads if self.promote_group(h.serial_group))
+
+    def _notify(self, conn: Connection) -> None:
+        channel = self.consumer.config.notify_channel
+        conn.execute(queries.notify(channel, wake_payload(self.consumer)))
+
+    # --- idle check -------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(queries.state_counts(self.inbox, self.consumer.name)).all()
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    def idle(self) -> bool:
+        """Nothing to claim now, nothing running, no retry due later, no head to promote."""
+        self.head_pass()
+        counts = self.counts()
+        if counts.get(states.PROCESSING) or counts.get(states.RETRY):
+            return False
+        if counts.get(states.READY):
+            return False
+        now = self.clock()
+        with self.engine.connect() as conn:
+            return not conn.execute(
+                queries.candidates(self.inbox, self.consumer.name, now, 1)
+            ).first()

@@ -1,0 +1,440 @@
+"""Every SQL statement of the consumer side, one function per statement.
+
+SQLAlchemy Core with bound parameters only; names (queue, group, consumer, type) are always
+parameters. Dialect differences live here: duplicate absorption (``ON CONFLICT DO UPDATE`` on
+PostgreSQL and SQLite, ``ON DUPLICATE KEY UPDATE`` on MariaDB/MySQL, each bumping
+``duplicates`` without raising), the group lock primitives, ``NOTIFY`` and ``SKIP LOCKED``.
+``now`` is always passed in: queries never read the database clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    Update,
+    and_,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+from outbox import states
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+def ingest_returning(family: str, table: Table, rows: Sequence[dict[str, Any]]) -> Any:
+    """PostgreSQL / SQLite: insert; a duplicate bumps ``duplicates`` instead of raising.
+
+    RETURNING ``duplicates``: 0 for a row inserted now, >= 1 for a duplicate.
+    """
+    dialect_insert = postgresql.insert if family == "postgresql" else sqlite.insert
+    stmt = dialect_insert(table).values(list(rows))
+    return stmt.on_conflict_do_update(
+        index_elements=["event_id", "consumer"],
+        set_={"duplicates": table.c.duplicates + 1},
+    ).returning(table.c.event_id, table.c.duplicates)
+
+
+def ingest_mysql(table: Table, rows: Sequence[dict[str, Any]]) -> Any:
+    """MariaDB/MySQL: rowcount = inserted + 2 x duplicates (the duplicate's counter changes)."""
+    return (
+        mysql.insert(table)
+        .values(list(rows))
+        .on_duplicate_key_update(duplicates=table.c.duplicates + 1)
+    )
+
+
+def listen(channel: str) -> Any:
+    """``LISTEN`` for a raw psycopg connection; the channel is quoted as an identifier."""
+    from psycopg import sql
+
+    return sql.SQL("LISTEN {}").format(sql.Identifier(channel))
+
+
+def notify(channel: str, payload: str) -> Select[Any]:
+    """PostgreSQL only; delivered at commit."""
+    return select(func.pg_notify(channel, payload))
+
+
+# --- claim ----------------------------------------------------------------------------------
+
+
+def claimable(table: Table, now: datetime) -> ColumnElement[bool]:
+    """States a claim may take: ready, waiting, due retry, or a processing row whose lease
+    expired (its worker died: G9)."""
+    t = table.c
+    return or_(
+        t.state.in_((states.READY, states.WAITING)),
+        and_(t.state == states.RETRY, t.available_at <= now),
+        and_(t.state == states.PROCESSING, t.lease_until < now),
+    )
+
+
+def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select[Any]:
+    """Rows to try to claim, most urgent first. WAITING rows are not candidates: they come
+    back as READY through the head-of-group pass when they become their group's head."""
+    t = table.c
+    return (
+        select(t.id, t.serial_group, t.priority, t.seq, t.state)
+        .where(
+            t.consumer == consumer,
+            or_(
+                t.state == states.READY,
+                and_(t.state == states.RETRY, t.available_at <= now),
+                and_(t.state == states.PROCESSING, t.lease_until < now),
+            ),
+        )
+        .order_by(t.priority, t.seq, t.id)
+        .limit(limit)
+    )
+
+
+def _ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnElement[bool]:
+    """Rows ordered before (priority, seq, id): the G5 order, id only breaking ties."""
+    t = table.c
+    return or_(
+        t.priority < priority,
+        and_(t.priority == priority, t.seq < seq),
+        and_(t.priority == priority, t.seq == seq, t.id < row_id),
+    )
+
+
+def _ordering_states(table: Table, now: datetime, skip_retry: bool) -> ColumnElement[bool]:
+    """Unfinished rows that keep their place in the group order. With on_retry="skip" a
+    retry row waiting out its backoff steps aside; once due it is back in line."""
+    t = table.c
+    if skip_retry:
+        return or_(
+            t.state.in_((states.READY, states.WAITING)),
+            and_(t.state == states.RETRY, t.available_at <= now),
+        )
+    return t.state.in_((states.READY, states.WAITING, states.RETRY))
+
+
+def inbox_blocker(
+    table: Table,
+    *,
+    consumer: str,
+    group: str,
+    row_id: int,
+    priority: int,
+    seq: int,
+    now: datetime,
+    skip_retry: bool,
+    ordering: bool = True,
+) -> Select[Any]:
+    """One blocker of a row, if any: a processing (or halted) row of the same (consumer,
+    group) -- exclusion -- OR an unfinished one ordered before it -- ordering. Two separate
+    conditions (seed 000: the PROCESSING clause)."""
+    t = table.c
+    exclusion = t.state.in_((states.PROCESSING, states.HALTED))
+    condition: ColumnElement[bool] = exclusion
+    if ordering:
+        condition = or_(
+            exclusion,
+            and_(_ordering_states(table, now, skip_retry), _ahead_of(table, priority, seq, row_id)),
+        )
+    return (
+        select(t.id, t.state)
+        .where(t.consumer == consumer, t.serial_group == group, t.id != row_id, condition)
+        .limit(1)
+    )
+
+
+def outbox_blocker(
+    outbox: Table,
+    inbox: Table,
+    *,
+    consumer: str,
+    queues: Sequence[str],
+    group: str,
+    priority: int,
+    seq: int,
+    sent_since: datetime | None,
+) -> Select[Any]:
+    """Job-queue deployment: a committed outbox row of the group, ordered before (priority,
+    seq), that this consumer has not received yet. Pending rows always count; with a broker,
+    rows sent since ``sent_since`` without an inbox row count too (in flight). Rows sent
+    earlier are taken as delivered, which keeps the lookup off the table's history."""
+    o = outbox.c
+    ahead = or_(o.priority < priority, and_(o.priority == priority, o.id < seq))
+    undelivered: ColumnElement[bool] = o.status == states.PENDING
+    if sent_since is not None:
+        received = exists().where(inbox.c.event_id == o.event_id, inbox.c.consumer == consumer)
+        undelivered = or_(
+            undelivered, and_(o.status == states.SENT, o.sent_at >= sent_since, ~received)
+        )
+    return (
+        select(o.id)
+        .where(o.queue.in_(list(queues)), o.serial_group == group, ahead, undelivered)
+        .limit(1)
+    )
+
+
+def claim(table: Table, row_id: int, token: Any, now: datetime, lease_until: datetime) -> Update:
+    """The conditional claim: succeeds for exactly one worker (rowcount 1)."""
+    t = table.c
+    return (
+        update(table)
+        .where(t.id == row_id, claimable(table, now))
+        .values(
+            state=states.PROCESSING,
+            claim_token=token,
+            claimed_at=now,
+            lease_until=lease_until,
+            attempts=t.attempts + 1,
+        )
+    )
+
+
+def mark_waiting(table: Table, row_id: int, now: datetime) -> Update:
+    t = table.c
+    return (
+        update(table)
+        .where(
+            t.id == row_id,
+            or_(t.state == states.READY, and_(t.state == states.RETRY, t.available_at <= now)),
+        )
+        .values(state=states.WAITING)
+    )
+
+
+def load(table: Table, row_id: int) -> Select[Any]:
+    t = table.c
+    return select(
+        t.id,
+        t.event_id,
+        t.type,
+        t.payload,
+        t.priority,
+        t.serial_group,
+        t.queue,
+        t.headers,
+        t.attempts,
+        t.seq,
+        t.occurred_at,
+        t.claim_token,
+    ).where(t.id == row_id)
+
+
+# --- while and after the handler runs -------------------------------------------------------
+
+
+def _fenced(table: Table, row_id: int, token: Any) -> ColumnElement[bool]:
+    """Every state change after the claim names the token it holds (G9)."""
+    t = table.c
+    return and_(t.id == row_id, t.claim_token == token, t.state == states.PROCESSING)
+
+
+def renew_lease(table: Table, row_id: int, token: Any, lease_until: datetime) -> Update:
+    return update(table).where(_fenced(table, row_id, token)).values(lease_until=lease_until)
+
+
+def finish_done(table: Table, row_id: int, token: Any, now: datetime) -> Update:
+    return (
+        update(table)
+        .where(_fenced(table, row_id, token))
+        .values(state=states.DONE, finished_at=now, lease_until=None, last_error=None)
+    )
+
+
+def finish_failed(
+    table: Table,
+    row_id: int,
+    token: Any,
+    *,
+    state: str,
+    available_at: datetime,
+    last_error: str,
+    now: datetime,
+) -> Update:
+    """To retry (due at ``available_at``), failed or halted."""
+    finished = None if state == states.RETRY else now
+    return (
+        update(table)
+        .where(_fenced(table, row_id, token))
+        .values(
+            state=state,
+            available_at=available_at,
+            last_error=last_error,
+            lease_until=None,
+            finished_at=finished,
+        )
+    )
+
+
+# --- head of group --------------------------------------------------------------------------
+
+
+def group_head(
+    table: Table, consumer: str, group: str, now: datetime, skip_retry: bool
+) -> Select[Any]:
+    """The smallest (priority, seq) among the group's rows in line."""
+    t = table.c
+    return (
+        select(t.id, t.state, t.priority, t.seq)
+        .where(
+            t.consumer == consumer,
+            t.serial_group == group,
+            _ordering_states(table, now, skip_retry),
+        )
+        .order_by(t.priority, t.seq, t.id)
+        .limit(1)
+    )
+
+
+def promote(table: Table, row_id: int) -> Update:
+    t = table.c
+    return update(table).where(t.id == row_id, t.state == states.WAITING).values(state=states.READY)
+
+
+def waiting_heads(table: Table, consumer: str, now: datetime, skip_retry: bool) -> Select[Any]:
+    """Groups whose head is WAITING and nothing of the group is processing or halted.
+
+    Seed 000's variant B made exact: the group's best priority is computed once in a derived
+    table, then its smallest seq at that priority, then the row itself. It reads only rows in
+    line (index on state), so its cost follows the unfinished rows, not the history.
+    """
+    t = table.c
+    in_line = _ordering_states(table, now, skip_retry)
+    best = (
+        select(t.serial_group, func.min(t.priority).label("priority"))
+        .where(t.consumer == consumer, t.serial_group.is_not(None), in_line)
+        .group_by(t.serial_group)
+        .subquery("best")
+    )
+    heads = (
+        select(t.serial_group, best.c.priority, func.min(t.seq).label("seq"))
+        .join_from(
+            table,
+            best,
+            and_(t.serial_group == best.c.serial_group, t.priority == best.c.priority),
+        )
+        .where(t.consumer == consumer, in_line)
+        .group_by(t.serial_group, best.c.priority)
+        .subquery("heads")
+    )
+    # Equal (priority, seq) happen across producers; the id breaks the tie, as in a claim.
+    firsts = (
+        select(func.min(t.id).label("id"))
+        .join_from(
+            table,
+            heads,
+            and_(
+                t.serial_group == heads.c.serial_group,
+                t.priority == heads.c.priority,
+                t.seq == heads.c.seq,
+            ),
+        )
+        .where(t.consumer == consumer, in_line)
+        .group_by(t.serial_group)
+        .subquery("firsts")
+    )
+    blocker = table.alias("blocker")
+    busy = exists().where(
+        blocker.c.consumer == consumer,
+        blocker.c.serial_group == t.serial_group,
+        blocker.c.state.in_((states.PROCESSING, states.HALTED)),
+    )
+    return (
+        select(t.id, t.serial_group)
+        .join_from(table, firsts, t.id == firsts.c.id)
+        .where(t.state == states.WAITING, ~busy)
+        .order_by(t.priority, t.seq, t.id)
+    )
+
+
+# --- idle check and operations --------------------------------------------------------------
+
+
+def state_counts(table: Table, consumer: str) -> Select[Any]:
+    t = table.c
+    return (
+        select(t.state, func.count())
+        .where(t.consumer == consumer, t.state.in_(states.INBOX_UNFINISHED_STATES))
+        .group_by(t.state)
+    )
+
+
+def unblock(table: Table, consumer: str, group: str) -> Update:
+    t = table.c
+    return (
+        update(table)
+        .where(t.consumer == consumer, t.serial_group == group, t.state == states.HALTED)
+        .values(state=states.DEAD)
+    )
+
+
+# --- group lock primitives ------------------------------------------------------------------
+
+
+def pg_lock_timeout(milliseconds: int) -> Select[Any]:
+    """``SET LOCAL lock_timeout`` with a bound value (SET itself takes no parameters)."""
+    return select(func.set_config("lock_timeout", f"{milliseconds}ms", literal(True)))
+
+
+def pg_advisory_xact_lock(key: int) -> Select[Any]:
+    return select(func.pg_advisory_xact_lock(key))
+
+
+def pg_try_advisory_xact_lock(key: int) -> Select[Any]:
+    return select(func.pg_try_advisory_xact_lock(key))
+
+
+def mysql_get_lock(name: str, timeout_seconds: float) -> Select[Any]:
+    """1 = obtained, 0 = timed out, NULL = error."""
+    return select(func.get_lock(name, timeout_seconds))
+
+
+def mysql_release_lock(name: str) -> Select[Any]:
+    return select(func.release_lock(name))
+
+
+# --- database source ------------------------------------------------------------------------
+
+
+def pending_outbox(
+    outbox: Table, queues: Sequence[str], now: datetime, limit: int, family: str
+) -> Select[Any]:
+    """Committed due pending rows of our queues, most urgent first, locked for us."""
+    o = outbox.c
+    stmt = (
+        select(
+            o.id,
+            o.event_id,
+            o.queue,
+            o.priority,
+            o.serial_group,
+            o.key,
+            o.type,
+            o.payload,
+            o.headers,
+            o.occurred_at,
+        )
+        .where(o.status == states.PENDING, o.queue.in_(list(queues)), o.available_at <= now)
+        .order_by(o.priority, o.id)
+        .limit(limit)
+    )
+    if family != "sqlite":  # SQLite: BEGIN IMMEDIATE already made us the only writer
+        stmt = stmt.with_for_update(skip_locked=True)
+    return stmt
+
+
+def mark_outbox_sent(outbox: Table, ids: Sequence[int], now: datetime) -> Update:
+    o = outbox.c
+    return (
+        update(outbox)
+        .where(o.id.in_(list(ids)), o.status == states.PENDING)
+        .values(status=states.SENT, sent_at=now)
+    )

@@ -1,0 +1,185 @@
+"""Running one claimed message: handler + ``done`` in one transaction, fenced by the token.
+
+The handler writes through the Session it is given; the same transaction ends with
+``UPDATE inbox SET state='done' WHERE id=:id AND claim_token=:token AND state='processing'``
+and commits only if that changed exactly one row (G3, G9). A heartbeat renews the lease
+while the handler runs. A failure goes to retry / failed / halted in its own transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from inbox import queries, rules
+from inbox.claims import Claim, Claimer
+from inbox.consumer import Consumer, InboxMessage
+from outbox import states
+from outbox.clock import utcnow
+from outbox.schema import schema_for
+from outbox.wire import H_KEY
+
+log = logging.getLogger("inbox.runner")
+
+DONE = "done"
+LOST = "lost"  # the claim was taken back meanwhile: our work was rolled back
+
+
+class Runner:
+    def __init__(
+        self,
+        consumer: Consumer,
+        engine: Engine,
+        claimer: Claimer,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.consumer = consumer
+        self.engine = engine
+        self.claimer = claimer
+        self.clock = clock
+        self.inbox = schema_for(consumer.config).inbox
+        # SQLite: the handler's transaction holds the database write lock, so nobody can
+        # take the claim back while it runs, and a heartbeat would only queue behind it.
+        self.heartbeat = engine.dialect.name != "sqlite"
+
+    def run(self, claim: Claim) -> str:
+        """Run the claimed message; returns done / retry / failed / halted / lost."""
+        outcome, _ = self.run_and_take_next(claim, take_next=False)
+        return outcome
+
+    def run_and_take_next(self, claim: Claim, take_next: bool) -> tuple[str, Claim | None]:
+        """Run it; if that frees its group, claim the group's next head (``take_next``) or
+        just make it ready. Returns the outcome and the next claim, if taken."""
+        with self.engine.connect() as conn:
+            row = conn.execute(queries.load(self.inbox, claim.row_id)).one()
+        if row.claim_token != claim.token:
+            return LOST, None
+        handler = self.consumer.handler_for(row.type)
+        if handler is None:
+            outcome = self._fail(claim, f"unknown message type {row.type!r}", permanent=True)
+        elif claim.attempt > self.consumer.max_attempts:
+            reason = (
+                f"the worker died while running it: attempt {claim.attempt} of "
+                f"{self.consumer.max_attempts}"
+            )
+            outcome = self._fail(claim, reason, permanent=True)
+        else:
+            outcome = self._run_handler(claim, handler, _message(row, claim.attempt))
+        following = None
+        if claim.serial_group is not None and _frees_group(outcome, self.consumer):
+            if take_next:
+                following = self.claimer.take_next(claim.serial_group)
+            else:
+                self.claimer.promote_group(claim.serial_group)
+        return outcome, following
+
+    def _run_handler(
+        self, claim: Claim, handler: Callable[[Session, InboxMessage], None], msg: InboxMessage
+    ) -> str:
+        stop = threading.Event()
+        beat = None
+        if self.heartbeat:
+            beat = threading.Thread(
+                target=self._beat, args=(claim, stop), name="inbox-heartbeat", daemon=True
+            )
+            beat.start()
+        try:
+            with Session(self.engine) as session:
+                try:
+                    handler(session, msg)
+                    finished = session.execute(
+                        queries.finish_done(self.inbox, claim.row_id, claim.token, self.clock())
+                    )
+                    if finished.rowcount != 1:  # type: ignore[attr-defined]
+                        session.rollback()
+                        log.warning("inbox row %s: claim lost, effect rolled back", claim.row_id)
+                        return LOST
+                    session.commit()
+                    return DONE
+                except Exception as exc:
+                    session.rollback()
+                    return self._fail(
+                        claim, _describe(exc), permanent=self.consumer.is_permanent(exc)
+                    )
+        finally:
+            stop.set()
+            if beat is not None:
+                beat.join()
+
+    def _beat(self, claim: Claim, stop: threading.Event) -> None:
+        interval = self.consumer.visibility_timeout / 3
+        while not stop.wait(interval):
+            lease = self.clock() + timedelta(seconds=self.consumer.visibility_timeout)
+            try:
+                with self.engine.begin() as conn:
+                    renewed = conn.execute(
+                        queries.renew_lease(self.inbox, claim.row_id, claim.token, lease)
+                    ).rowcount
+            except Exception as exc:  # the database is away: the next beat tries again
+                log.warning("inbox row %s: lease not renewed: %s", claim.row_id, exc)
+                continue
+            if renewed != 1:
+                return  # taken back: the finish will be refused by the token fence
+
+    def _fail(self, claim: Claim, error: str, *, permanent: bool) -> str:
+        failure = rules.after_failure(
+            claim.attempt,
+            permanent=permanent,
+            max_attempts=self.consumer.max_attempts,
+            on_dead=self.consumer.on_dead,
+            backoff=self.consumer.backoff,
+        )
+        now = self.clock()
+        try:
+            with self.engine.begin() as conn:
+                changed = conn.execute(
+                    queries.finish_failed(
+                        self.inbox,
+                        claim.row_id,
+                        claim.token,
+                        state=failure.state,
+                        available_at=now + failure.delay,
+                        last_error=error,
+                        now=now,
+                    )
+                ).rowcount
+        except Exception as exc:  # left processing: the lease expires and it is re-run
+            log.error("inbox row %s: could not record failure: %s", claim.row_id, exc)
+            return LOST
+        return failure.state if changed == 1 else LOST
+
+
+def _frees_group(outcome: str, consumer: Consumer) -> bool:
+    if outcome == DONE or outcome == states.DEAD:
+        return True
+    return outcome == states.RETRY and consumer.on_retry == "skip"
+
+
+def _describe(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    head = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+    return rules.short_traceback(f"{head}\n{text}")
+
+
+def _message(row: Any, attempt: int) -> InboxMessage:
+    headers = dict(row.headers or {})
+    key = headers.pop(H_KEY, None)
+    return InboxMessage(
+        event_id=row.event_id,
+        type=row.type,
+        payload=row.payload,
+        priority=row.priority,
+        serial_group=row.serial_group,
+        queue=row.queue,
+        headers=headers,
+        attempt=attempt,
+        key=key,
+        occurred_at=row.occurred_at,
+    )

@@ -1,0 +1,205 @@
+"""The worker process: one source thread (receive -> ingest), N handler threads (claim -> run),
+and on PostgreSQL a LISTEN thread that wakes them. SIGTERM lets running handlers finish.
+
+A handler thread that finishes a message loops straight back to claiming, and the finisher
+has just promoted its group's next head: a group's next message starts at once, not after a
+poll interval. Idle threads wait for a wake-up (NOTIFY, local ingest) or ``poll_interval``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from sqlalchemy import Engine
+
+from inbox import queries
+from inbox.claims import Claimer
+from inbox.consumer import Consumer
+from inbox.ingest import InboxIngest, IngestResult, wake_payload
+from inbox.runner import Runner
+from inbox.source import Source
+from outbox.backoff import outage_delay
+
+log = logging.getLogger("inbox.worker")
+
+
+@dataclass
+class WorkerOptions:
+    concurrency: int = 1
+    poll_interval: float = 1.0
+    head_pass_interval: float = 5.0
+    stop_when_idle: bool = False
+    time_limit: float | None = None
+    batch: int = 100
+
+
+class Worker:
+    def __init__(
+        self,
+        consumer: Consumer,
+        engine: Engine,
+        source: Source,
+        options: WorkerOptions | None = None,
+        *,
+        job_queue: bool | None = None,
+        broker: bool = False,
+    ) -> None:
+        self.consumer = consumer
+        self.engine = engine
+        self.source = source
+        self.options = options or WorkerOptions()
+        self.stop = threading.Event()
+        self.claim_wake = threading.Event()
+        self.source_wake: threading.Event | None = getattr(source, "wake", None)
+        self.ingest = InboxIngest(consumer, engine)
+        self.ingest.on_ingested = self._ingested
+        self.claimer = Claimer(consumer, engine, job_queue=job_queue, broker=broker)
+        self.claimer.on_promoted = self.claim_wake.set
+        self.runner = Runner(consumer, engine, self.claimer)
+        self.source_empty = False
+        self.last_busy = time.monotonic()
+        self.processed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def run(self, install_signals: bool = True) -> int:
+        """Run until SIGTERM/SIGINT, the time limit, or idle (with stop_when_idle). Returns 0."""
+        if install_signals:
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        threads = [threading.Thread(target=self._source_loop, name="inbox-source", daemon=True)]
+        threads += [
+            threading.Thread(target=self._handler_loop, name=f"inbox-handler-{i}", daemon=True)
+            for i in range(self.options.concurrency)
+        ]
+        if self.engine.dialect.name == "postgresql":
+            threads.append(
+                threading.Thread(target=self._listen_loop, name="inbox-listen", daemon=True)
+            )
+        for thread in threads:
+            thread.start()
+        started = time.monotonic()
+        last_pass = last_idle_check = started
+        # The idle check reads the whole unfinished set: only when nothing happened for a
+        # while, and not more often than this.
+        quiet = max(0.5, self.options.poll_interval)
+        idle_seen = 0
+        try:
+            while not self.stop.wait(min(0.2, self.options.poll_interval)):
+                now = time.monotonic()
+                limit = self.options.time_limit
+                if limit is not None and now - started >= limit:
+                    log.info("time limit of %ss reached", limit)
+                    break
+                if now - last_pass >= self.options.head_pass_interval:
+                    last_pass = now
+                    self._safely(self.claimer.head_pass)
+                if (
+                    self.options.stop_when_idle
+                    and now - self.last_busy >= quiet
+                    and now - last_idle_check >= quiet
+                ):
+                    last_idle_check = now
+                    idle = self.source_empty and bool(self._safely(self.claimer.idle))
+                    idle_seen = idle_seen + 1 if idle else 0
+                    if idle_seen >= 2:
+                        log.info("idle: stopping")
+                        break
+        finally:
+            self.stop.set()
+            self.claim_wake.set()
+            self.source.close()
+            for thread in threads:
+                thread.join()
+        return 0
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %s: finishing running handlers", signum)
+        self.stop.set()
+        self.claim_wake.set()
+
+    # --- threads ----------------------------------------------------------------------------
+
+    def _source_loop(self) -> None:
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                taken = self.source.run_once(
+                    self.ingest, self.options.batch, self.options.poll_interval
+                )
+            except Exception as exc:
+                failures += 1
+                self.source_empty = False
+                log.error("source failed (%s in a row): %s", failures, exc)
+                self.stop.wait(outage_delay(failures))
+                continue
+            failures = 0
+            self.source_empty = taken == 0
+            if taken:
+                self.last_busy = time.monotonic()
+
+    def _handler_loop(self) -> None:
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                claim = self.claimer.claim_next()
+                found = claim is not None
+                while claim is not None:  # a finisher runs its group's next head at once
+                    self.last_busy = time.monotonic()
+                    outcome, claim = self.runner.run_and_take_next(
+                        claim, take_next=not self.stop.is_set()
+                    )
+                    self.last_busy = time.monotonic()
+                    with self._lock:
+                        self.processed[outcome] = self.processed.get(outcome, 0) + 1
+                failures = 0
+            except Exception as exc:  # the database went away: back off, never die
+                failures += 1
+                log.error("handler loop error (%s in a row): %s", failures, exc)
+                self.stop.wait(outage_delay(failures))
+                continue
+            if not found and self.claim_wake.wait(self.options.poll_interval):
+                self.claim_wake.clear()
+
+    def _listen_loop(self) -> None:
+        import psycopg
+
+        url = self.engine.url.set(drivername="postgresql")
+        channel = self.consumer.config.notify_channel
+        mine = wake_payload(self.consumer)
+        queues = set(self.consumer.queues)
+        while not self.stop.is_set():
+            try:
+                with psycopg.connect(
+                    url.render_as_string(hide_password=False), autocommit=True
+                ) as conn:
+                    conn.execute(queries.listen(channel))
+                    while not self.stop.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            if note.payload == mine:
+                                self.claim_wake.set()
+                            elif note.payload in queues and self.source_wake is not None:
+                                self.source_wake.set()
+            except Exception as exc:
+                log.warning("LISTEN connection lost: %s", exc)
+                self.stop.wait(1.0)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _ingested(self, result: IngestResult) -> None:
+        if result.inserted:
+            self.claim_wake.set()
+
+    def _safely(self, action: Any) -> Any:
+        try:
+            return action()
+        except Exception as exc:
+            log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
+            return None

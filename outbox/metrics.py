@@ -1,0 +1,243 @@
+"""Prometheus metrics of the relay and the worker (names: SPEC section 2; keep them stable).
+
+Two kinds:
+
+- In-process counters and histograms, updated by the relay and the worker through the small
+  typed API of :class:`Metrics` (``metrics.published(queue, priority, n)``), so callers never
+  touch prometheus-client objects.
+- Database-derived gauges (pending rows and the age of the oldest due one, failed rows, inbox
+  waiting/processing/failed per consumer, the longest-blocked group), produced by
+  :class:`DatabaseGauges`, a custom collector that runs its queries at most once per refresh
+  interval however often Prometheus scrapes.
+
+``start_metrics_server`` binds 127.0.0.1 unless told otherwise: the numbers name queues and
+consumers, which is nobody's business outside the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from sqlalchemy import Engine
+
+from outbox.ops.gauges import (
+    DATABASE_GAUGE_NAMES,
+    FAILED_COUNT,
+    GAUGES_REFRESH_ERRORS_TOTAL,
+    GAUGES_REFRESH_SECONDS,
+    INBOX_FAILED_COUNT,
+    INBOX_GROUP_BLOCKED_SECONDS,
+    INBOX_PROCESSING_COUNT,
+    INBOX_WAITING_COUNT,
+    PENDING_COUNT,
+    PENDING_SECONDS,
+    DatabaseGauges,
+    InboxGauge,
+    OutboxGauge,
+    Snapshot,
+    read_snapshot,
+)
+from outbox.schema import Schema
+
+__all__ = [
+    "ALL_NAMES", "DATABASE_GAUGE_NAMES", "FAILED_COUNT", "GAUGES_REFRESH_ERRORS_TOTAL",
+    "GAUGES_REFRESH_SECONDS", "INBOX_FAILED_COUNT", "INBOX_GROUP_BLOCKED_SECONDS",
+    "INBOX_PROCESSING_COUNT", "INBOX_WAITING_COUNT", "IN_PROCESS_NAMES", "PENDING_COUNT",
+    "PENDING_SECONDS", "RESULTS", "DatabaseGauges", "InboxGauge", "Metrics", "MetricsServer",
+    "OutboxGauge", "Snapshot", "default", "read_snapshot", "serve", "start_metrics_server",
+]  # fmt: skip
+
+# The in-process names (SPEC 2); the database gauges' names come from outbox.ops.gauges.
+PUBLISHED_TOTAL: Final = "outbox_published_total"
+PUBLISH_ERRORS_TOTAL: Final = "outbox_publish_errors_total"
+RELAY_BATCH_SECONDS: Final = "outbox_relay_batch_seconds"
+DELIVERY_LAG_SECONDS: Final = "outbox_delivery_lag_seconds"
+INBOX_PROCESSED_TOTAL: Final = "inbox_processed_total"
+INBOX_DUPLICATES_TOTAL: Final = "inbox_duplicates_total"
+INBOX_HANDLER_SECONDS: Final = "inbox_handler_seconds"
+INBOX_END_TO_END_SECONDS: Final = "inbox_end_to_end_seconds"
+
+# ``inbox_processed_total{result}`` values.
+RESULT_DONE: Final = "done"  # the handler's effect committed
+RESULT_RETRY: Final = "retry"  # the handler failed; the message is due again later
+RESULT_FAILED: Final = "failed"  # dead: attempts exhausted, permanent error or unknown type
+RESULTS: Final = (RESULT_DONE, RESULT_RETRY, RESULT_FAILED)
+
+# Seconds; from a few ms (healthy LISTEN/NOTIFY path) to minutes (an outage being caught up).
+LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    600.0,
+)  # fmt: skip
+DURATION_BUCKETS: Final = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+IN_PROCESS_NAMES: Final = (
+    PUBLISHED_TOTAL,
+    PUBLISH_ERRORS_TOTAL,
+    RELAY_BATCH_SECONDS,
+    DELIVERY_LAG_SECONDS,
+    INBOX_PROCESSED_TOTAL,
+    INBOX_DUPLICATES_TOTAL,
+    INBOX_HANDLER_SECONDS,
+    INBOX_END_TO_END_SECONDS,
+)
+ALL_NAMES: Final = (*IN_PROCESS_NAMES, *DATABASE_GAUGE_NAMES)
+
+
+class Metrics:
+    """The in-process counters and histograms, registered on one registry.
+
+    Build one per process (``default()`` gives the shared one on prometheus-client's global
+    registry); tests build their own on a fresh ``CollectorRegistry``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        qp = ("queue", "priority")
+        self._published = Counter(PUBLISHED_TOTAL, "Messages the broker confirmed.", qp, registry=r)
+        self._publish_errors = Counter(
+            PUBLISH_ERRORS_TOTAL,
+            "Messages whose publish failed (broker down, refused, timed out).",
+            qp,
+            registry=r,
+        )
+        self._batch = Histogram(
+            RELAY_BATCH_SECONDS,
+            "Time of one relay batch: fetch, publish, confirm, mark sent.",
+            registry=r,
+            buckets=DURATION_BUCKETS,
+        )
+        self._delivery_lag = Histogram(
+            DELIVERY_LAG_SECONDS,
+            "From the store (occurred_at) to the broker's confirm.",
+            qp,
+            registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+        self._processed = Counter(
+            INBOX_PROCESSED_TOTAL,
+            "Handler runs by result (done, retry, failed).",
+            ("consumer", "queue", "priority", "result"),
+            registry=r,
+        )
+        self._duplicates = Counter(
+            INBOX_DUPLICATES_TOTAL,
+            "Duplicate deliveries absorbed (acknowledged, never re-run).",
+            ("consumer", "queue", "priority"),
+            registry=r,
+        )
+        self._handler = Histogram(
+            INBOX_HANDLER_SECONDS,
+            "Handler run time, its transaction's commit included.",
+            ("consumer", "queue", "priority"),
+            registry=r,
+            buckets=DURATION_BUCKETS,
+        )
+        self._end_to_end = Histogram(
+            INBOX_END_TO_END_SECONDS,
+            "From the store (occurred_at) to the handler's commit.",
+            ("consumer", "queue", "priority"),
+            registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+
+    # ---- relay
+
+    def published(self, queue: str, priority: int, n: int = 1) -> None:
+        """``n`` messages of (queue, priority) confirmed by the broker."""
+        self._published.labels(queue, str(priority)).inc(n)
+
+    def publish_errors(self, queue: str, priority: int, n: int = 1) -> None:
+        """``n`` messages of (queue, priority) whose publish failed (outage or refusal)."""
+        self._publish_errors.labels(queue, str(priority)).inc(n)
+
+    def relay_batch(self, seconds: float) -> None:
+        self._batch.observe(seconds)
+
+    def delivery_lag(self, queue: str, priority: int, seconds: float) -> None:
+        """One confirmed message: ``seconds`` from its store to the confirm."""
+        self._delivery_lag.labels(queue, str(priority)).observe(max(seconds, 0.0))
+
+    # ---- worker
+
+    def processed(self, consumer: str, queue: str, priority: int, result: str) -> None:
+        """One handler run that ended in ``result`` (one of ``RESULTS``)."""
+        if result not in RESULTS:
+            raise ValueError(f"result: {result!r} is not one of {RESULTS}")
+        self._processed.labels(consumer, queue, str(priority), result).inc()
+
+    def duplicate(self, consumer: str, queue: str, priority: int, n: int = 1) -> None:
+        self._duplicates.labels(consumer, queue, str(priority)).inc(n)
+
+    def handler_time(self, consumer: str, queue: str, priority: int, seconds: float) -> None:
+        self._handler.labels(consumer, queue, str(priority)).observe(seconds)
+
+    def end_to_end(self, consumer: str, queue: str, priority: int, seconds: float) -> None:
+        """One message done: ``seconds`` from its store to the handler's commit."""
+        self._end_to_end.labels(consumer, queue, str(priority)).observe(max(seconds, 0.0))
+
+
+@lru_cache(maxsize=1)
+def default() -> Metrics:
+    """The process's metrics on prometheus-client's global registry (built on first use,
+    not at import)."""
+    return Metrics(REGISTRY)
+
+
+# ---- database-derived gauges
+
+
+@dataclass
+class MetricsServer:
+    """A running ``/metrics`` endpoint; ``stop()`` ends it."""
+
+    host: str
+    port: int
+    _stop: Callable[[], None]
+
+    def stop(self) -> None:
+        self._stop()
+
+
+def start_metrics_server(
+    port: int,
+    host: str = "127.0.0.1",
+    registry: CollectorRegistry = REGISTRY,
+) -> MetricsServer:
+    """Serve ``/metrics`` on ``host:port`` from a daemon thread (``port=0``: any free port)."""
+    server, thread = start_http_server(port, addr=host, registry=registry)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return MetricsServer(str(server.server_address[0]), int(server.server_port), stop)
+
+
+def serve(
+    port: int,
+    engine: Engine,
+    *,
+    host: str = "127.0.0.1",
+    schema: Schema | None = None,
+    outbox: bool = True,
+    inbox: bool = True,
+    refresh_interval: float = 15.0,
+) -> tuple[Metrics, MetricsServer]:
+    """What ``outbox relay``/``outbox worker --metrics-port`` do: the process's metrics and the
+    database gauges (``outbox=True`` in the relay, ``inbox=True`` in the worker) on the global
+    registry, served on ``host:port``. Call once per process."""
+    metrics = default()
+    REGISTRY.register(
+        DatabaseGauges(
+            engine, schema, refresh_interval=refresh_interval, outbox=outbox, inbox=inbox
+        )
+    )
+    return metrics, start_metrics_server(port, host, REGISTRY)

@@ -1,0 +1,4 @@
+"""Operations: database-derived gauges, the operator's CLI (stats, failed, retry, compact, check).
+
+All SQL of this package lives in ``outbox.ops.queries``.
+"""

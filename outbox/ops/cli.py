@@ -1,0 +1,221 @@
+"""Operator commands: ``outbox metrics | stats | failed | retry | compact | check``.
+
+Registered on the ``outbox`` group by ``outbox.cli``. Every option reads an environment
+variable; output that lists has ``--json``; progress bars go to stderr so ``--json`` output
+stays parseable; every URL printed is masked.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from prometheus_client import CollectorRegistry, generate_latest
+
+from outbox.clock import utcnow
+from outbox.metrics import DatabaseGauges
+from outbox.ops import admin, cli_repair
+from outbox.ops.check import check_broker, check_database
+from outbox.ops.cli_common import db_options, echo_json, fail, json_option, open_db, table
+from outbox.ops.parse import format_age, parse_since
+
+
+@click.command("metrics")
+@db_options
+@click.option(
+    "--once",
+    envvar="OUTBOX_METRICS_ONCE",
+    show_envvar=True,
+    is_flag=True,
+    required=True,
+    help="Print the database-derived metrics once in Prometheus text format and exit.",
+)
+def metrics_cmd(dsn: str, outbox_table: str, inbox_table: str, once: bool) -> None:
+    """Print the database gauges (pending, lag, failed, inbox states) once.
+
+    Counters and histograms live in the relay and worker processes: scrape their
+    --metrics-port for those.
+
+    Exit codes: 0 printed, 1 the database could not be read.
+    """
+    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    registry = CollectorRegistry()
+    gauges = DatabaseGauges(engine, schema, refresh_interval=0, log_errors=False)
+    registry.register(gauges)
+    text = generate_latest(registry).decode()
+    engine.dispose()
+    if gauges.last_error is not None:
+        fail(f"cannot read the database: {gauges.last_error}")
+    click.echo(text, nl=False)
+
+
+@click.command("stats")
+@db_options
+@json_option
+def stats_cmd(dsn: str, outbox_table: str, inbox_table: str, as_json: bool) -> None:
+    """Per queue/priority: pending, oldest due pending age, failed, sent in the last hour.
+    Per consumer: waiting, processing, failed, duplicates absorbed, longest-blocked group.
+
+    \b
+    Exit codes: 0 printed, 1 the database could not be read.
+    """
+    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    try:
+        result = admin.stats(engine, schema, utcnow())
+    except Exception as exc:
+        fail(f"stats failed: {exc}")
+    finally:
+        engine.dispose()
+    if as_json:
+        echo_json(result.as_dict())
+        return
+    click.echo("outbox")
+    table(
+        ["QUEUE", "PRIO", "PENDING", "OLDEST", "FAILED", "SENT/1h"],
+        [
+            [s.queue, str(s.priority), str(s.pending), format_age(s.oldest_pending_seconds),
+             str(s.failed), str(s.sent_last_hour)]
+            for s in result.queues
+        ],
+    )  # fmt: skip
+    click.echo("\ninbox")
+    table(
+        ["CONSUMER", "WAITING", "PROCESSING", "FAILED", "DUPLICATES", "BLOCKED"],
+        [
+            [c.consumer, str(c.waiting), str(c.processing), str(c.failed), str(c.duplicates),
+             format_age(c.longest_blocked_seconds)]
+            for c in result.consumers
+        ],
+    )  # fmt: skip
+
+
+@click.command("failed")
+@db_options
+@click.option("--queue", envvar="OUTBOX_QUEUE", show_envvar=True, help="Only this queue.")
+@click.option("--type", "type_", envvar="OUTBOX_TYPE", show_envvar=True, help="Only this type.")
+@click.option(
+    "--error-like",
+    envvar="OUTBOX_ERROR_LIKE",
+    show_envvar=True,
+    help="Only rows whose last_error contains this text.",
+)
+@click.option(
+    "--since",
+    envvar="OUTBOX_SINCE",
+    show_envvar=True,
+    help="Only rows stored since: a duration back from now (2h, 7d) or an ISO time.",
+)
+@click.option(
+    "--limit", envvar="OUTBOX_LIMIT", show_envvar=True, default=100, show_default=True,
+    type=click.IntRange(1, 100000), help="At most this many rows.",
+)  # fmt: skip
+@click.option(
+    "--show",
+    "show_id",
+    envvar="OUTBOX_SHOW",
+    show_envvar=True,
+    type=int,
+    help="Show one row whole: payload, headers, attempts, last_error.",
+)
+@json_option
+def failed_cmd(
+    dsn: str,
+    outbox_table: str,
+    inbox_table: str,
+    queue: str | None,
+    type_: str | None,
+    error_like: str | None,
+    since: str | None,
+    limit: int,
+    show_id: int | None,
+    as_json: bool,
+) -> None:
+    """List dead-lettered outbox rows (oldest first), or show one with --show ID.
+
+    \b
+    Exit codes: 0 printed (even an empty list), 1 the database could not be read or the
+    --show row does not exist, 2 bad option.
+    """
+    try:
+        since_at = parse_since(since, utcnow()) if since else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
+    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    try:
+        if show_id is not None:
+            row = admin.show(engine, schema, show_id)
+            if row is None:
+                fail(f"no outbox row with id {show_id}")
+            if as_json:
+                echo_json(row)
+            else:
+                for key, value in (row or {}).items():
+                    if isinstance(value, (dict, list)):
+                        value = json.dumps(value, indent=2, sort_keys=True)
+                    click.echo(f"{key}: {value}")
+            return
+        rows = admin.list_failed(
+            engine, schema, queue=queue, type_=type_, error_like=error_like, since=since_at,
+            limit=limit,
+        )  # fmt: skip
+    except SystemExit:
+        raise
+    except Exception as exc:
+        fail(f"failed: {exc}")
+    finally:
+        engine.dispose()
+    if as_json:
+        echo_json(rows)
+        return
+    table(
+        ["ID", "QUEUE", "PRIO", "TYPE", "ATTEMPTS", "OCCURRED", "LAST ERROR"],
+        [
+            [str(r["id"]), r["queue"], str(r["priority"]), r["type"], str(r["attempts"]),
+             str(r["occurred_at"])[:19], (r["last_error"] or "").splitlines()[0][:80]
+             if r["last_error"] else ""]
+            for r in rows
+        ],
+    )  # fmt: skip
+    click.echo(f"{len(rows)} failed row(s)" + (" (limit reached)" if len(rows) == limit else ""))
+
+
+@click.command("check")
+@db_options
+@click.option(
+    "--broker", envvar="OUTBOX_BROKER", show_envvar=True, default="",
+    help="Also check this broker accepts a connection (amqp://... or kafka://...).",
+)  # fmt: skip
+@click.option(
+    "--timeout", envvar="OUTBOX_CHECK_TIMEOUT", show_envvar=True, default=5.0,
+    show_default=True, type=click.FloatRange(0.1, 120), help="Seconds for the broker check.",
+)  # fmt: skip
+@json_option
+def check_cmd(
+    dsn: str, outbox_table: str, inbox_table: str, broker: str, timeout: float, as_json: bool
+) -> None:
+    """Health check: database reachable, schema at the latest migration, indexes present,
+    broker reachable (with --broker). For probes and deploy scripts.
+
+    \b
+    Exit codes: 0 every check passed, 1 at least one failed (each is printed), 2 usage.
+    """
+    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    try:
+        results = check_database(engine, schema)
+    finally:
+        engine.dispose()
+    if broker:
+        results.append(check_broker(broker, timeout))
+    if as_json:
+        echo_json([{"check": r.name, "ok": r.ok, "detail": r.detail} for r in results])
+    else:
+        for r in results:
+            click.echo(f"{'ok  ' if r.ok else 'FAIL'}  {r.name}: {r.detail}")
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+commands: list[click.Command] = [
+    metrics_cmd, stats_cmd, failed_cmd, *cli_repair.commands, check_cmd,
+]  # fmt: skip

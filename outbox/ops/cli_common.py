@@ -1,0 +1,81 @@
+"""Options and output helpers shared by the operator commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+from sqlalchemy import Engine
+
+from outbox.config import OutboxConfig
+from outbox.dsn import make_engine, mask
+from outbox.errors import OutboxError
+from outbox.schema import Schema, schema_for
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def db_options(func: F) -> F:
+    func = click.option(
+        "--inbox-table",
+        envvar="OUTBOX_INBOX_TABLE",
+        show_envvar=True,
+        default="inbox",
+        show_default=True,
+        help="Name of the inbox table.",
+    )(func)
+    func = click.option(
+        "--outbox-table",
+        envvar="OUTBOX_TABLE",
+        show_envvar=True,
+        default="outbox",
+        show_default=True,
+        help="Name of the outbox table (the audit table is <name>_audit).",
+    )(func)
+    func = click.option(
+        "--dsn",
+        envvar="OUTBOX_DSN",
+        show_envvar=True,
+        required=True,
+        help="Database URL: postgresql://user:pass@host/db, mysql://... or sqlite:///path.db.",
+    )(func)
+    return func
+
+
+def json_option(func: F) -> F:
+    return click.option(
+        "--json",
+        "as_json",
+        envvar="OUTBOX_JSON",
+        show_envvar=True,
+        is_flag=True,
+        help="Print JSON instead of a table.",
+    )(func)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"error: {mask(message)}", err=True)
+    sys.exit(code)
+
+
+def open_db(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, Schema]:
+    try:
+        config = OutboxConfig(outbox_table=outbox_table, inbox_table=inbox_table)
+        return make_engine(dsn), schema_for(config)
+    except OutboxError as exc:
+        fail(str(exc))
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    for line in [headers, *rows]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())

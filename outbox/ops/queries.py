@@ -1,0 +1,196 @@
+"""Every SQL statement of the operations package, one function per statement.
+
+SQLAlchemy Core with bound parameters only; table objects come from ``outbox.schema_for`` so
+configured table names are identifiers we validated, never user data. ``now`` is always a
+parameter. Statements are portable: the one dialect difference (MySQL cannot select from the
+table it deletes from) is handled in ``compact_delete``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    Select,
+    Table,
+    Update,
+    case,
+    delete,
+    func,
+    select,
+    update,
+)
+
+from outbox import states
+
+INBOX_WAITING_STATES = (states.READY, states.WAITING, states.RETRY)
+INBOX_FAILED_STATES = (states.DEAD, states.HALTED)
+INBOX_GAUGE_STATES = (*INBOX_WAITING_STATES, states.PROCESSING, *INBOX_FAILED_STATES)
+
+
+# ---- gauges (cheap: they read only unfinished or failed rows through an index on status/state)
+
+
+def outbox_gauges(t: Table, now: datetime) -> Select[Any]:
+    """(status, queue, priority, rows, oldest due available_at) for pending and failed rows.
+
+    The age is measured from ``available_at`` of rows that are due: a delayed row is not late
+    before its time, and a row waiting out its own backoff is a per-row problem (attempts,
+    failed), not relay lag.
+    """
+    due = case((t.c.available_at <= now, t.c.available_at), else_=None)
+    return (
+        select(
+            t.c.status,
+            t.c.queue,
+            t.c.priority,
+            func.count().label("rows"),
+            func.min(due).label("oldest_due"),
+        )
+        .where(t.c.status.in_((states.PENDING, states.FAILED)))
+        .group_by(t.c.status, t.c.queue, t.c.priority)
+    )
+
+
+def inbox_gauges(t: Table) -> Select[Any]:
+    """(consumer, state, rows, oldest received_at) for every not-done state."""
+    return (
+        select(
+            t.c.consumer,
+            t.c.state,
+            func.count().label("rows"),
+            func.min(t.c.received_at).label("oldest"),
+        )
+        .where(t.c.state.in_(INBOX_GAUGE_STATES))
+        .group_by(t.c.consumer, t.c.state)
+    )
+
+
+# ---- stats
+
+
+def sent_since(t: Table, since: datetime) -> Select[Any]:
+    """(queue, priority, rows) sent after ``since``."""
+    return (
+        select(t.c.queue, t.c.priority, func.count().label("rows"))
+        .where(t.c.status == states.SENT, t.c.sent_at >= since)
+        .group_by(t.c.queue, t.c.priority)
+    )
+
+
+def inbox_duplicates(t: Table) -> Select[Any]:
+    """(consumer, duplicates absorbed) over the rows still in the table."""
+    return select(t.c.consumer, func.coalesce(func.sum(t.c.duplicates), 0)).group_by(t.c.consumer)
+
+
+# ---- failed / retry
+
+
+def _failed_filter(
+    t: Table,
+    *,
+    queue: str | None = None,
+    type_: str | None = None,
+    error_like: str | None = None,
+    since: datetime | None = None,
+    ids: Sequence[int] | None = None,
+) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [t.c.status == states.FAILED]
+    if queue is not None:
+        conditions.append(t.c.queue == queue)
+    if type_ is not None:
+        conditions.append(t.c.type == type_)
+    if error_like is not None:
+        # A plain substring: the operator types text, not a LIKE pattern.
+        conditions.append(t.c.last_error.contains(error_like, autoescape=True))
+    if since is not None:
+        conditions.append(t.c.occurred_at >= since)
+    if ids is not None:
+        conditions.append(t.c.id.in_(list(ids)))
+    return conditions
+
+
+def list_failed(
+    t: Table,
+    *,
+    queue: str | None = None,
+    type_: str | None = None,
+    error_like: str | None = None,
+    since: datetime | None = None,
+    limit: int = 100,
+) -> Select[Any]:
+    return (
+        select(
+            t.c.id,
+            t.c.queue,
+            t.c.priority,
+            t.c.type,
+            t.c.attempts,
+            t.c.serial_group,
+            t.c.occurred_at,
+            t.c.last_error,
+        )
+        .where(*_failed_filter(t, queue=queue, type_=type_, error_like=error_like, since=since))
+        .order_by(t.c.id)
+        .limit(limit)
+    )
+
+
+def show_row(t: Table, row_id: int) -> Select[Any]:
+    return select(t).where(t.c.id == row_id)
+
+
+def failed_ids(
+    t: Table,
+    *,
+    ids: Sequence[int] | None = None,
+    queue: str | None = None,
+    type_: str | None = None,
+) -> Select[Any]:
+    """The failed rows a retry would touch, in id order (for --dry-run and the audit)."""
+    return (
+        select(t.c.id).where(*_failed_filter(t, queue=queue, type_=type_, ids=ids)).order_by(t.c.id)
+    )
+
+
+def retry_rows(t: Table, ids: Sequence[int], now: datetime) -> Update:
+    """Back to pending, due now, attempts reset. Conditional on ``failed``: a row someone
+    else already retried is not touched twice."""
+    return (
+        update(t)
+        .where(t.c.id.in_(list(ids)), t.c.status == states.FAILED)
+        .values(status=states.PENDING, attempts=0, available_at=now)
+    )
+
+
+# ---- compact
+
+
+def compact_batch_ids(t: Table, before: datetime, batch: int) -> Select[Any]:
+    """The ids of up to ``batch`` sent rows older than ``before``.
+
+    The ids are fetched first and deleted by id: portable (no MySQL-only ``DELETE ... LIMIT``,
+    and MySQL refuses a subquery on the table being deleted from), and each batch is its own
+    short transaction so producers' inserts are never held up behind a long delete.
+    """
+    return (
+        select(t.c.id)
+        # No ORDER BY: sorting every old sent row to take the first 10,000 would make each
+        # batch cost the whole backlog; any 10,000 of them will do.
+        .where(t.c.status == states.SENT, t.c.sent_at < before)
+        .limit(batch)
+    )
+
+
+def compact_delete(t: Table, ids: Sequence[int]) -> Delete:
+    # Re-check the status: a row cannot leave ``sent`` today, but a delete that trusts a list
+    # read earlier must never take a failed or pending row with it.
+    return delete(t).where(t.c.id.in_(list(ids)), t.c.status == states.SENT)
+
+
+def count_compactable(t: Table, before: datetime) -> Select[Any]:
+    return select(func.count()).where(t.c.status == states.SENT, t.c.sent_at < before)

@@ -1,0 +1,36 @@
+"""Publishers by broker URL: ``amqp://`` -> RabbitMQ, ``kafka://host:port[,host2]`` -> Kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from outbox.dsn import mask
+from outbox.errors import ConfigError
+from relay.publisher import Publisher
+
+SCHEMES = ("amqp", "amqps", "kafka")
+
+
+def publisher_from_url(url: str, **options: Any) -> Publisher:
+    """Build the publisher for ``url``; ``options`` go to the publisher's constructor.
+
+    The Kafka client is imported only when a ``kafka://`` URL is used, so a RabbitMQ-only
+    deployment never loads librdkafka.
+    """
+    if not url:
+        raise ConfigError("broker: empty; pass --broker or set OUTBOX_BROKER")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("amqp", "amqps"):
+        from relay.publishers.rabbitmq import RabbitMQPublisher
+
+        return RabbitMQPublisher(url, **options)
+    if scheme == "kafka":
+        bootstrap = url.split("://", 1)[1].strip("/")
+        if not bootstrap:
+            raise ConfigError(f"broker: {mask(url)!r} names no host")
+        from relay.publishers.kafka import KafkaPublisher  # type: ignore[import-not-found,unused-ignore]
+
+        publisher: Publisher = KafkaPublisher(bootstrap, **options)
+        return publisher
+    raise ConfigError(f"broker: {mask(url)!r} has scheme {scheme!r}; expected amqp:// or kafka://")

@@ -1,0 +1,266 @@
+"""RabbitMQ publisher: pika, publisher confirms waited for once per batch.
+
+pika's ``BlockingChannel.confirm_delivery()`` makes every ``basic_publish`` wait for its own
+confirm: one network round trip per message. Instead we switch the underlying channel into
+confirm mode with our own ack/nack and return callbacks, publish the whole batch, and then
+pump ``process_data_events`` until every delivery tag is settled. The broker sends a
+``basic.return`` (unroutable, ``mandatory=True``) before the ack of the same message, and the
+callbacks run in frame order, so a returned message is known to be refused when its ack comes.
+
+Mapping of outcomes (relay/publisher.py contract):
+- ack                                  -> confirmed
+- basic.return then ack (unroutable)   -> refused, with the reply text
+- nack (e.g. queue full, reject-publish) -> refused
+- body over the broker's max size      -> refused (the limit is learnt from the broker's
+  channel error, then checked before sending, so one oversized row never blocks a batch twice)
+- connection lost, channel closed, confirm timeout -> ``BrokerUnavailable``
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pika
+import pika.exceptions
+import pika.spec
+
+from outbox.dsn import mask
+from outbox.wire import CONTENT_TYPE
+from relay.publisher import BrokerUnavailable, Outgoing
+
+log = logging.getLogger(__name__)
+
+# RabbitMQ's channel error for an oversized body: "message size 200 is larger than
+# configured max size 100".
+_SIZE_ERROR = re.compile(r"message size (\d+) is larger than configured max size (\d+)")
+PERSISTENT = 2
+
+
+class RabbitMQPublisher:
+    """Publishes to durable queues ``<queue>_<priority>`` (or fan-out exchanges of that name).
+
+    ``queue_arguments``: passed to ``queue_declare`` (e.g. ``{"x-queue-type": "quorum"}``); the
+    consumers must declare the same. ``fanout``: publish to a durable fan-out exchange per
+    destination instead of a queue, so several consumer services bind queues of their own; a
+    message no queue is bound to is returned (refused). ``max_message_bytes``: refuse bodies
+    above this before sending (learnt from the broker when it rejects one).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        queue_arguments: Mapping[str, Any] | None = None,
+        fanout: bool = False,
+        confirm_timeout: float = 30.0,
+        max_message_bytes: int | None = None,
+        connection_attempts: int = 1,
+    ) -> None:
+        self.url = url
+        self.queue_arguments = dict(queue_arguments or {})
+        self.fanout = fanout
+        self.confirm_timeout = confirm_timeout
+        self.max_message_bytes = max_message_bytes
+        self.connection_attempts = connection_attempts
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: Any = None
+        self._declared: set[str] = set()
+        # Per-batch confirm state, filled by the callbacks.
+        self._next_tag = 0
+        self._tags: dict[int, int] = {}
+        self._by_message_id: dict[str, int] = {}
+        self._result: dict[int, str | None] = {}
+        self._returned: dict[int, str] = {}
+
+    def __repr__(self) -> str:
+        return f"RabbitMQPublisher({mask(self.url)!r}, fanout={self.fanout})"
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        self.close()
+        try:
+            params = pika.URLParameters(self.url)
+            params.connection_attempts = self.connection_attempts
+            params.blocked_connection_timeout = self.confirm_timeout
+            params.socket_timeout = min(10.0, self.confirm_timeout)
+            self._connection = pika.BlockingConnection(params)
+            self._open_channel()
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            self.close()
+            raise BrokerUnavailable(
+                f"cannot connect to {mask(self.url)}: {_describe(exc)}"
+            ) from exc
+
+    def _open_channel(self) -> None:
+        assert self._connection is not None
+        channel = self._connection.channel()
+        impl = channel._impl
+        selected: list[bool] = []
+        impl.add_on_return_callback(self._on_return)
+        impl.confirm_delivery(
+            ack_nack_callback=self._on_confirm, callback=lambda _frame: selected.append(True)
+        )
+        self._pump(lambda: bool(selected), self.confirm_timeout, "confirm.select")
+        self._channel = channel
+        self._next_tag = 0
+        self._declared.clear()
+
+    def close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            try:
+                connection.close()
+            except Exception as exc:  # a dead socket: nothing left to release
+                log.debug("closing %s: %s", mask(self.url), exc)
+
+    def idle(self) -> None:
+        """Serve heartbeats while the relay has nothing to publish."""
+        if self._connection is not None and self._connection.is_open:
+            try:
+                self._connection.process_data_events(0)
+            except (pika.exceptions.AMQPError, OSError) as exc:
+                log.warning("broker connection lost while idle: %s", _describe(exc))
+                self.close()
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    def publish(self, batch: Sequence[Outgoing]) -> Mapping[int, str | None]:
+        if not batch:
+            return {}
+        if self._connection is None or not self._connection.is_open or self._channel is None:
+            self.connect()
+        self._result = {}
+        self._returned = {}
+        self._tags = {}
+        self._by_message_id = {}
+        try:
+            for item in batch:
+                self._publish_one(item)
+            self._pump(lambda: len(self._tags) == 0, self.confirm_timeout, f"{len(batch)} confirms")
+        except BrokerUnavailable:
+            self.close()
+            raise
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            self._learn_size_limit(exc)
+            self.close()
+            raise BrokerUnavailable(
+                f"publish to {mask(self.url)} failed: {_describe(exc)}"
+            ) from exc
+        return {item.row_id: self._result.get(item.row_id, "no confirm") for item in batch}
+
+    def _publish_one(self, item: Outgoing) -> None:
+        body = item.envelope.wire_body()
+        if self.max_message_bytes is not None and len(body) > self.max_message_bytes:
+            self._result[item.row_id] = (
+                f"message body is {len(body)} bytes; the broker's limit is {self.max_message_bytes}"
+            )
+            return
+        destination = item.destination
+        self._declare(destination)
+        properties = pika.BasicProperties(
+            content_type=CONTENT_TYPE,
+            delivery_mode=PERSISTENT,
+            message_id=str(item.envelope.event_id),
+            headers=item.envelope.wire_headers(),
+            priority=None,
+        )
+        exchange, routing_key = (destination, "") if self.fanout else ("", destination)
+        self._next_tag += 1
+        self._tags[self._next_tag] = item.row_id
+        self._by_message_id[str(item.envelope.event_id)] = item.row_id
+        # The channel implementation only buffers the frames; _pump() writes the whole batch
+        # and reads the confirms. (BlockingChannel.basic_publish would flush the socket once
+        # per message: that was half of the relay's time.)
+        self._channel._impl.basic_publish(
+            exchange=exchange,
+            routing_key=routing_key,
+            body=body,
+            properties=properties,
+            mandatory=True,
+        )
+
+    def _declare(self, destination: str) -> None:
+        if destination in self._declared:
+            return
+        if self.fanout:
+            self._channel.exchange_declare(
+                exchange=destination, exchange_type="fanout", durable=True
+            )
+        else:
+            self._channel.queue_declare(
+                queue=destination, durable=True, arguments=self.queue_arguments or None
+            )
+        self._declared.add(destination)
+
+    # -- callbacks (run inside process_data_events, in frame order) ---------------------------
+
+    def _on_return(
+        self, _channel: Any, method: Any, properties: pika.BasicProperties, _body: bytes
+    ) -> None:
+        row_id = self._by_message_id.get(properties.message_id or "")
+        if row_id is not None:
+            self._returned[row_id] = (
+                f"unroutable: {method.reply_code} {method.reply_text} "
+                f"(exchange={method.exchange!r}, routing_key={method.routing_key!r})"
+            )
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        nack = isinstance(method, pika.spec.Basic.Nack)
+        tags = (
+            [t for t in self._tags if t <= method.delivery_tag]
+            if method.multiple
+            else [method.delivery_tag]
+        )
+        for tag in tags:
+            row_id = self._tags.pop(tag, None)
+            if row_id is None:
+                continue
+            if nack:
+                self._result[row_id] = "nacked by the broker (queue full or internal error)"
+            else:
+                self._result[row_id] = self._returned.pop(row_id, None)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _pump(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+        """Process broker frames until ``done()``, the channel closes or ``timeout``.
+
+        ``process_data_events(time_limit)`` would sleep out its whole time limit, since our
+        callbacks live on the channel implementation, not on the blocking layer; so we drive
+        the same loop pika's blocking calls use, with a timer for the deadline.
+        """
+        connection = self._connection
+        assert connection is not None
+        expired: list[bool] = []
+        timer = connection.call_later(timeout, lambda: expired.append(True))
+        channel = self._channel
+        try:
+            connection._flush_output(
+                done, lambda: bool(expired), lambda: channel is not None and channel.is_closed
+            )
+        finally:
+            if connection.is_open:
+                connection.remove_timeout(timer)
+        if channel is not None and channel.is_closed:
+            reason = channel._closing_reason
+            self._learn_size_limit(reason)
+            raise BrokerUnavailable(f"channel closed by the broker: {_describe(reason)}")
+        if not done():
+            raise BrokerUnavailable(f"no answer from {mask(self.url)} for {what} in {timeout}s")
+
+    def _learn_size_limit(self, exc: object) -> None:
+        match = _SIZE_ERROR.search(str(exc))
+        if match:
+            limit = int(match.group(2))
+            log.warning("the broker refuses bodies over %d bytes; checking before sending", limit)
+            self.max_message_bytes = limit
+
+
+def _describe(exc: object) -> str:
+    text = str(exc) or type(exc).__name__
+    return mask(f"{type(exc).__name__}: {text}")

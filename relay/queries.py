@@ -1,0 +1,152 @@
+"""Every SQL statement of the relay, one function per statement.
+
+Dialect differences live here: PostgreSQL and MariaDB lock the fetched batch with
+``FOR UPDATE SKIP LOCKED`` so several relays share the work; SQLite has no row locks (one relay
+per database file, see relay/sqlite_guard.py). ``now`` is always a parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql as pg_sql
+from sqlalchemy import Select, Table, and_, exists, func, literal, or_, select, update
+from sqlalchemy.sql.dml import Update
+
+from outbox import states
+
+
+def fetch_due(
+    table: Table, *, now: datetime, limit: int, queues: Sequence[str], lock: bool
+) -> Select[Any]:
+    """Due pending rows, most urgent priority first, then id; of each key only its head.
+
+    A keyed row qualifies only when no earlier row of the same (queue, priority, key) is still
+    pending: that earlier row may be waiting out a backoff (or a delay), or be locked in
+    another relay's batch right now (it is still committed-pending), so either way it must go
+    first (G10). Rows without a key are never held back. The probe is one seek on
+    ``ix_<table>_key`` (queue, priority, key, status, id).
+    """
+    earlier = table.alias("earlier")
+    held_back = exists(
+        select(literal(1)).where(
+            earlier.c.queue == table.c.queue,
+            earlier.c.priority == table.c.priority,
+            earlier.c.key == table.c.key,
+            earlier.c.status == states.PENDING,
+            earlier.c.id < table.c.id,
+        )
+    )
+    stmt = (
+        select(*_columns(table))
+        .where(
+            table.c.status == states.PENDING,
+            table.c.available_at <= now,
+            or_(table.c.key.is_(None), ~held_back),
+        )
+        .order_by(table.c.priority, table.c.id)
+        .limit(limit)
+    )
+    if queues:
+        stmt = stmt.where(table.c.queue.in_(list(queues)))
+    if lock:
+        stmt = stmt.with_for_update(skip_locked=True, of=table)
+    return stmt
+
+
+def fetch_followers(
+    table: Table, heads: Sequence[tuple[str, int, str, int]], *, limit: int, lock: bool
+) -> Select[Any]:
+    """The pending rows after each head ``(queue, priority, key, head_id)`` of this batch.
+
+    Safe to take in the same batch: no other relay can fetch them while their head is pending
+    (the NOT EXISTS of ``fetch_due``), and our lock on the head keeps it pending until we
+    commit. Ordered by id, so under the LIMIT each key still gets an unbroken prefix; the
+    caller cuts each chain at its first row that is not due yet. Locked without SKIP LOCKED:
+    skipping one would publish its successor before it.
+    """
+    chains = [
+        and_(
+            table.c.queue == queue,
+            table.c.priority == priority,
+            table.c.key == key,
+            table.c.id > head_id,
+        )
+        for queue, priority, key, head_id in heads
+    ]
+    stmt = (
+        select(*_columns(table))
+        .where(table.c.status == states.PENDING, or_(*chains))
+        .order_by(table.c.priority, table.c.id)
+        .limit(limit)
+    )
+    if lock:
+        stmt = stmt.with_for_update(of=table)
+    return stmt
+
+
+def _columns(table: Table) -> list[Any]:
+    return [
+        table.c.id,
+        table.c.event_id,
+        table.c.queue,
+        table.c.priority,
+        table.c.serial_group,
+        table.c.key,
+        table.c.type,
+        table.c.payload,
+        table.c.headers,
+        table.c.occurred_at,
+        table.c.available_at,
+        table.c.attempts,
+    ]
+
+
+def mark_sent(table: Table, row_ids: Sequence[int], now: datetime) -> Update:
+    """Confirmed by the broker. Conditional on ``pending``: a row an operator touched meanwhile
+    keeps the operator's state."""
+    return (
+        update(table)
+        .where(table.c.id.in_(list(row_ids)), table.c.status == states.PENDING)
+        .values(status=states.SENT, sent_at=now)
+    )
+
+
+def mark_refused(
+    table: Table,
+    row_id: int,
+    *,
+    attempts_before: int,
+    attempts: int,
+    status: str,
+    available_at: datetime,
+    error: str,
+) -> Update:
+    """Refused by the broker: count the attempt, set the next try or dead-letter it."""
+    return (
+        update(table)
+        .where(
+            table.c.id == row_id,
+            table.c.status == states.PENDING,
+            table.c.attempts == attempts_before,
+        )
+        .values(attempts=attempts, status=status, available_at=available_at, last_error=error)
+    )
+
+
+def count_by_status(table: Table) -> Select[Any]:
+    return select(table.c.status, func.count()).group_by(table.c.status)
+
+
+def pending_due_exists(table: Table, now: datetime) -> Select[Any]:
+    """Is anything due? (used by tests and ``--stop-when-idle`` diagnostics)."""
+    return select(
+        exists().where(and_(table.c.status == states.PENDING, table.c.available_at <= now))
+    )
+
+
+def listen(channel: str) -> pg_sql.Composed:
+    """``LISTEN <channel>`` with the channel quoted as an identifier (never pasted as text)."""
+    return pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel))

@@ -1,0 +1,406 @@
+"""The relay loop: fetch due rows, publish, record the broker's verdict, commit.
+
+PostgreSQL / MariaDB: fetch ``FOR UPDATE SKIP LOCKED``, publish and mark in ONE transaction, so
+the row locks keep other relays off the batch until the verdict is committed. A relay killed
+between the broker's confirm and the commit leaves its rows pending: another relay publishes
+them again (the at-least-once duplicate of G2, absorbed by the inbox).
+
+SQLite: one relay per file (relay/sqlite_guard.py). The fetch and the marks are two short
+transactions and the broker round trip happens between them, because a SQLite write lock held
+while waiting for confirms would stall every producer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row
+from sqlalchemy.exc import DBAPIError
+
+from outbox import states
+from outbox.backoff import Backoff, outage_delay
+from outbox.clock import utcnow
+from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.dsn import mask
+from outbox.errors import ConfigError
+from outbox.schema import schema_for
+from outbox.serialization import DEFAULT_SERIALIZER
+from outbox.wire import Envelope
+from relay import queries
+from relay.metrics import RelayMetrics
+from relay.publisher import BrokerUnavailable, Outgoing, Publisher
+from relay.sqlite_guard import SQLiteRelayLock
+from relay.wakeup import PgNotifyWaker, PollWaker, Waker
+
+log = logging.getLogger("relay")
+MAX_ERROR_LENGTH = 2000
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """``queues``: only these queues (empty = all). ``max_attempts``: refusals before a row is
+    ``failed``. ``time_limit`` / ``max_messages``: exit cleanly for periodic restarts."""
+
+    batch_size: int = 100
+    poll_interval: float = 1.0
+    max_attempts: int = 5
+    backoff: Backoff = field(default_factory=Backoff)
+    queues: tuple[str, ...] = ()
+    time_limit: float | None = None
+    max_messages: int | None = None
+    stop_when_idle: bool = False
+    outage_cap_seconds: float = 30.0
+    use_notify: bool = True
+    config: OutboxConfig = DEFAULT_CONFIG
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size: must be >= 1, got {self.batch_size}")
+        if self.poll_interval <= 0:
+            raise ConfigError(f"poll_interval: must be > 0, got {self.poll_interval}")
+        if self.max_attempts < 1:
+            raise ConfigError(f"max_attempts: must be >= 1, got {self.max_attempts}")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ConfigError(f"time_limit: must be > 0, got {self.time_limit}")
+        if self.max_messages is not None and self.max_messages < 1:
+            raise ConfigError(f"max_messages: must be >= 1, got {self.max_messages}")
+
+
+@dataclass
+class BatchResult:
+    fetched: int = 0
+    sent: int = 0
+    refused: int = 0
+    failed: int = 0
+
+
+@dataclass
+class RelayStats:
+    batches: int = 0
+    sent: int = 0
+    refused: int = 0
+    failed: int = 0
+    broker_errors: int = 0
+    database_errors: int = 0
+    exit_reason: str = ""
+
+
+class Relay:
+    def __init__(
+        self,
+        engine: Engine,
+        publisher: Publisher,
+        settings: RelaySettings | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        metrics: RelayMetrics | None = None,
+    ) -> None:
+        self.settings = settings or RelaySettings()
+        self.publisher = publisher
+        self.clock = clock
+        self.metrics = metrics or RelayMetrics()
+        self.table = schema_for(self.settings.config).outbox
+        self.family = engine.dialect.name if engine.dialect.name != "mariadb" else "mysql"
+        if self.family == "mysql":
+            # No gap locks: under REPEATABLE READ the batch's FOR UPDATE would lock the gap
+            # producers insert into, stalling them for a whole broker round trip.
+            engine = engine.execution_options(isolation_level="READ COMMITTED")
+        self.engine = engine
+        self.stats = RelayStats()
+        self._stopping = threading.Event()
+        self._connected = False
+
+    # -- control ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Finish the current batch, then return from ``run()`` (signal-handler safe)."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def run(self) -> RelayStats:
+        """Relay until stopped, idle (``stop_when_idle``) or a limit is reached."""
+        s = self.settings
+        guard = self._sqlite_guard()
+        waker = self._waker()
+        started = time.monotonic()
+        broker_failures = db_failures = 0
+        try:
+            while not self.stopping:
+                if s.time_limit is not None and time.monotonic() - started >= s.time_limit:
+                    self.stats.exit_reason = "time limit"
+                    break
+                if s.max_messages is not None and self.stats.sent >= s.max_messages:
+                    self.stats.exit_reason = "max messages"
+                    break
+                waker.drain()
+                try:
+                    result = self.run_once()
+                except BrokerUnavailable as exc:
+                    broker_failures += 1
+                    self.stats.broker_errors += 1
+                    self.metrics.publish_errors.labels("broker").inc()
+                    self._pause(exc, broker_failures, "broker")
+                    continue
+                except DBAPIError as exc:
+                    db_failures += 1
+                    self.stats.database_errors += 1
+                    self._pause(exc, db_failures, "database")
+                    continue
+                broker_failures = db_failures = 0
+                if result.fetched == 0:
+                    if s.stop_when_idle:
+                        self.stats.exit_reason = "idle"
+                        break
+                    _idle(self.publisher)
+                    waker.wait(s.poll_interval)
+            else:
+                self.stats.exit_reason = "stopped"
+        finally:
+            waker.close()
+            self.publisher.close()
+            self._connected = False
+            if guard is not None:
+                guard.release()
+        return self.stats
+
+    def run_once(self) -> BatchResult:
+        """One batch: fetch, publish, record. Raises ``BrokerUnavailable`` / ``DBAPIError``
+        after rolling back (attempts untouched)."""
+        started = time.perf_counter()
+        if not self._connected:
+            self.publisher.connect()
+            self._connected = True
+        try:
+            result = self._sqlite_batch() if self.family == "sqlite" else self._locked_batch()
+        except BrokerUnavailable:
+            self._connected = False
+            raise
+        elapsed = time.perf_counter() - started
+        if result.fetched:
+            self.stats.batches += 1
+            self.stats.sent += result.sent
+            self.stats.refused += result.refused
+            self.stats.failed += result.failed
+            self.metrics.batch_seconds.observe(elapsed)
+            log.info(
+                "batch: %d published, %d refused (%d now failed) in %.1f ms; errors so far: "
+                "%d broker, %d database",
+                result.sent,
+                result.refused,
+                result.failed,
+                elapsed * 1000,
+                self.stats.broker_errors,
+                self.stats.database_errors,
+            )
+        return result
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    def _locked_batch(self) -> BatchResult:
+        now = self.clock()
+        with self.engine.begin() as conn:
+            rows = self._fetch(conn, now, lock=True)
+            if not rows:
+                return BatchResult()
+            outcome = self._publish(rows)
+            return self._record(conn, rows, outcome, self.clock())
+
+    def _sqlite_batch(self) -> BatchResult:
+        with self.engine.begin() as conn:
+            rows = self._fetch(conn, self.clock(), lock=False)
+        if not rows:
+            return BatchResult()
+        outcome = self._publish(rows)
+        with self.engine.begin() as conn:
+            return self._record(conn, rows, outcome, self.clock())
+
+    def _fetch(self, conn: Connection, now: datetime, *, lock: bool) -> Sequence[Row[Any]]:
+        """The heads (one row per key, plus rows without key), then, while the batch has
+        room, the rows queued behind those heads: a hot key still moves a batch at a time."""
+        limit = self.settings.batch_size
+        stmt = queries.fetch_due(
+            self.table, now=now, limit=limit, queues=self.settings.queues, lock=lock
+        )
+        rows = list(conn.execute(stmt).all())
+        heads = [(r.queue, r.priority, r.key, r.id) for r in rows if r.key is not None]
+        if not heads or len(rows) >= limit:
+            return rows
+        followers = conn.execute(
+            queries.fetch_followers(self.table, heads, limit=limit - len(rows), lock=lock)
+        ).all()
+        rows += due_prefixes(followers, now)
+        rows.sort(key=lambda r: (r.priority, r.id))
+        return rows
+
+    def _publish(self, rows: Sequence[Row[Any]]) -> dict[int, str | None]:
+        """Publish in waves: wave n holds the n-th row of every key (and wave 0 the rows
+        without key); a key's next row goes out only after its previous one was confirmed, so
+        a refusal never lets a later row of its key reach the broker first. One wave per
+        publish() call: with many keys a wave is large, with one hot key it is one message
+        per confirm round trip. Returns row id -> None (confirmed) or the refusal; rows
+        held back behind a refusal are absent."""
+        outcome: dict[int, str | None] = {}
+        refused_chains: set[tuple[str, int, str]] = set()
+        for wave in waves(rows):
+            batch: list[Outgoing] = []
+            for row in wave:
+                if _chain(row) in refused_chains:
+                    continue
+                try:
+                    batch.append(Outgoing(row.id, _envelope(row)))
+                except (TypeError, ValueError) as exc:
+                    outcome[row.id] = f"cannot build the message: {exc}"
+            verdicts: Mapping[int, str | None] = self.publisher.publish(batch) if batch else {}
+            for item in batch:
+                outcome[item.row_id] = verdicts.get(item.row_id, "no verdict from the publisher")
+            for row in wave:
+                if row.key is not None and outcome.get(row.id) is not None:
+                    refused_chains.add(_chain(row))
+        return outcome
+
+    def _record(
+        self,
+        conn: Connection,
+        rows: Sequence[Row[Any]],
+        outcome: Mapping[int, str | None],
+        now: datetime,
+    ) -> BatchResult:
+        result = BatchResult(fetched=len(rows))
+        # Rows not in ``outcome`` were never sent: an earlier row of their key was refused in
+        # this batch, so they stay pending, untouched, behind it.
+        confirmed = [row for row in rows if row.id in outcome and outcome[row.id] is None]
+        if confirmed:
+            conn.execute(queries.mark_sent(self.table, [row.id for row in confirmed], now))
+            result.sent = len(confirmed)
+            for row in confirmed:
+                self.metrics.published.labels(row.queue, str(row.priority)).inc()
+        for row in rows:
+            reason = outcome.get(row.id)
+            if reason is None:
+                continue
+            attempts = row.attempts + 1
+            dead = attempts >= self.settings.max_attempts
+            conn.execute(
+                queries.mark_refused(
+                    self.table,
+                    row.id,
+                    attempts_before=row.attempts,
+                    attempts=attempts,
+                    status=states.FAILED if dead else states.PENDING,
+                    available_at=now if dead else now + self.settings.backoff.delay(attempts),
+                    error=mask(reason)[:MAX_ERROR_LENGTH],
+                )
+            )
+            self.metrics.publish_errors.labels("refused").inc()
+            result.refused += 1
+            result.failed += int(dead)
+            log.warning(
+                "row %d (%s) refused, attempt %d/%d%s: %s",
+                row.id,
+                row.event_id,
+                attempts,
+                self.settings.max_attempts,
+                " -> failed" if dead else "",
+                reason,
+            )
+        return result
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _pause(self, exc: Exception, failures: int, what: str) -> None:
+        delay = outage_delay(failures, self.settings.outage_cap_seconds)
+        log.warning(
+            "%s unavailable (%d in a row), batch rolled back, retrying in %.0f s: %s",
+            what,
+            failures,
+            delay,
+            mask(str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+        )
+        self._stopping.wait(delay)
+
+    def _sqlite_guard(self) -> SQLiteRelayLock | None:
+        if self.family != "sqlite":
+            return None
+        guard = SQLiteRelayLock(self.engine.url.database)
+        guard.acquire()
+        return guard
+
+    def _waker(self) -> Waker:
+        if self.family == "postgresql" and self.settings.use_notify:
+            return PgNotifyWaker(
+                self.engine.url, self.settings.config.notify_channel, self._stopping
+            )
+        return PollWaker(self._stopping)
+
+
+def _envelope(row: Row[Any]) -> Envelope:
+    headers = row.headers or {}
+    if not isinstance(headers, dict):
+        raise TypeError(f"headers: expected a JSON object, got {type(headers).__name__}")
+    return Envelope(
+        event_id=row.event_id,
+        type=row.type,
+        queue=row.queue,
+        priority=row.priority,
+        outbox_id=row.id,
+        occurred_at=row.occurred_at,
+        # The column holds a JSON document (JSONB reorders keys); the body is its compact,
+        # strict re-serialisation, identical whatever the database.
+        body=DEFAULT_SERIALIZER.dumps(row.payload),
+        serial_group=row.serial_group,
+        key=row.key,
+        headers={str(k): str(v) for k, v in headers.items()},
+    )
+
+
+def due_prefixes(rows: Sequence[Row[Any]], now: datetime) -> list[Row[Any]]:
+    """Per (queue, priority, key), the rows in id order up to the first one not due yet:
+    a row waiting out a backoff or a delay holds back the rest of its key."""
+    blocked: set[tuple[str, int, str]] = set()
+    out: list[Row[Any]] = []
+    for row in sorted(rows, key=lambda r: r.id):
+        if _chain(row) in blocked:
+            continue
+        if row.available_at > now:
+            blocked.add(_chain(row))
+            continue
+        out.append(row)
+    return out
+
+
+def waves(rows: Sequence[Row[Any]]) -> list[list[Row[Any]]]:
+    """Split a batch so that each wave holds at most one row per key, in id order: wave n
+    has the n-th row of every key; rows without a key all go in wave 0."""
+    depth: dict[tuple[str, int, str], int] = {}
+    out: list[list[Row[Any]]] = []
+    for row in sorted(rows, key=lambda r: (r.priority, r.id)):
+        index = 0
+        if row.key is not None:
+            index = depth.get(_chain(row), 0)
+            depth[_chain(row)] = index + 1
+        while len(out) <= index:
+            out.append([])
+        out[index].append(row)
+    return out
+
+
+def _chain(row: Row[Any]) -> tuple[str, int, str]:
+    return (row.queue, row.priority, row.key)
+
+
+def _idle(publisher: Publisher) -> None:
+    idle = getattr(publisher, "idle", None)
+    if callable(idle):
+        idle()
+
+
+__all__ = ["BatchResult", "Relay", "RelaySettings", "RelayStats"]

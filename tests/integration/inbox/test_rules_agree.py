@@ -1,0 +1,89 @@
+"""The SQL and the pure rules (inbox/rules.py) agree on random groups, on every database."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from uuid import uuid4
+
+import pytest
+from sqlalchemy import Engine, insert, select
+
+from inbox import queries, rules
+from inbox.claims import Candidate
+from outbox import inbox_table, states
+from tests.integration.inbox.helpers import make_kit
+
+pytestmark = pytest.mark.db
+
+STATES = [
+    states.READY,
+    states.WAITING,
+    states.PROCESSING,
+    states.RETRY,
+    states.DONE,
+    states.DEAD,
+    states.HALTED,
+]
+
+
+@pytest.mark.parametrize("on_retry", ["block", "skip"])
+def test_blockers_and_heads_match_the_rules(engine: Engine, on_retry: str) -> None:
+    kit = make_kit(engine, job_queue=False, on_retry=on_retry)
+    now = kit.clock()
+    rng = random.Random(4)
+    groups = [f"g{i}" for i in range(12)]
+    values = []
+    for group in groups:
+        busy = rng.random() < 0.3  # some groups have a processing or halted row
+        for _ in range(rng.randint(1, 8)):
+            state = rng.choice(STATES if busy else STATES[:2] + STATES[3:6])
+            values.append(
+                {
+                    "event_id": uuid4(),
+                    "consumer": "c1",
+                    "queue": "jobs",
+                    "priority": rng.randint(1, 3),
+                    "serial_group": group,
+                    "seq": rng.randint(1, 5),  # ties on purpose: the id breaks them
+                    "type": "job",
+                    "payload": "{}",
+                    "headers": "{}",
+                    "state": state,
+                    "available_at": now + timedelta(seconds=rng.choice([-5, 5])),
+                    "received_at": now,
+                }
+            )
+    with engine.begin() as conn:
+        conn.execute(insert(inbox_table), values)
+        stored = conn.execute(select(inbox_table).order_by(inbox_table.c.id)).all()
+    by_group: dict[str, list[rules.Row]] = {}
+    for r in stored:
+        by_group.setdefault(r.serial_group, []).append(
+            rules.Row(r.id, r.priority, r.seq, r.state, r.available_at)
+        )
+    checked = 0
+    with engine.connect() as conn:
+        for group, members in by_group.items():
+            for row in members:
+                expected = rules.blocker(row, members, now, on_retry) is not None  # type: ignore[arg-type]
+                candidate = Candidate(row.id, group, row.priority, row.seq, row.state)
+                assert kit.claimer.blocked(conn, candidate, now) == expected, (group, row)
+                checked += 1
+            head = rules.head(members, now, on_retry)  # type: ignore[arg-type]
+            found = conn.execute(
+                queries.group_head(inbox_table, "c1", group, now, on_retry == "skip")
+            ).first()
+            assert (found.id if found else None) == (head.id if head else None), group
+        # The derived-table pass finds exactly the groups whose head waits with nothing busy
+        expected_heads = set()
+        for members in by_group.values():
+            head = rules.head(members, now, on_retry)  # type: ignore[arg-type]
+            busy = any(m.state in (states.PROCESSING, states.HALTED) for m in members)
+            if head is not None and head.state == states.WAITING and not busy:
+                expected_heads.add(head.id)
+        found_heads = conn.execute(
+            queries.waiting_heads(inbox_table, "c1", now, on_retry == "skip")
+        ).all()
+    assert {h.id for h in found_heads} == expected_heads
+    assert checked == len(stored)

@@ -1,0 +1,76 @@
+"""deploy/supervisord.conf under a real supervisord: two relays share the work, restart after
+--time-limit, and `supervisorctl stop` ends them with exit status 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from outbox import states
+from outbox.store import Message
+from tests.integration.relay.helpers import (
+    RABBIT,
+    read_queue,
+    status_counts,
+    store_rows,
+    unique_queue,
+    wait_for,
+)
+
+CONF = Path(__file__).resolve().parents[3] / "deploy" / "supervisord.conf"
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize("dialect", ["postgresql"], indirect=True)
+def test_two_relays_under_supervisord(
+    engine: Engine, dsn: str, rabbit_names: list[str], tmp_path: Path
+) -> None:
+    if not (BIN / "supervisord").exists():
+        pytest.skip("supervisord not installed in the venv")
+    queue = unique_queue()
+    rabbit_names.append(f"{queue}_1")
+    # The shipped file, with a 2 s time limit so restarts happen during the test and metrics
+    # ports of our own.
+    conf = tmp_path / "supervisord.conf"
+    conf.write_text(
+        CONF.read_text()
+        .replace("--time-limit 3600", "--time-limit 2 --poll-interval 0.1")
+        .replace("--metrics-port 910%(process_num)d", "")
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "OUTBOX_DSN": dsn,
+        "OUTBOX_BROKER": RABBIT,
+    }
+    ctl = [str(BIN / "supervisorctl"), "-c", str(conf)]
+    supervisord = subprocess.Popen([str(BIN / "supervisord"), "-n", "-c", str(conf)], env=env)
+    logs = [tmp_path / "relay_0.log", tmp_path / "relay_1.log"]
+    try:
+        store_rows(engine, [Message(queue, "t", {"i": i}) for i in range(100)])
+        wait_for(lambda: status_counts(engine) == {states.SENT: 100}, 60, "first 100 sent")
+        # Each relay restarted at least once after its time limit ...
+        wait_for(
+            lambda: all(p.exists() and p.read_text().count("relay started") >= 2 for p in logs),
+            60,
+            "time-limit restarts",
+        )
+        # ... and the restarted ones keep publishing
+        store_rows(engine, [Message(queue, "t", {"i": i}) for i in range(100, 200)])
+        wait_for(lambda: status_counts(engine) == {states.SENT: 200}, 60, "next 100 sent")
+        stop = subprocess.run([*ctl, "stop", "all"], capture_output=True, text=True, env=env)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+    finally:
+        subprocess.run([*ctl, "shutdown"], capture_output=True, env=env)
+        supervisord.wait(timeout=60)
+    main_log = (tmp_path / "supervisord.log").read_text()
+    assert "exited: relay_0 (exit status 0; expected)" in main_log
+    assert "stopped: relay_0 (exit status 0)" in main_log
+    assert "stopped: relay_1 (exit status 0)" in main_log
+    assert "time limit" in logs[0].read_text()
+    assert len({d.envelope.event_id for d in read_queue(f"{queue}_1", 200)}) == 200

@@ -1,0 +1,135 @@
+"""Consumers for the worker processes the acceptance tests spawn (``outbox worker
+tests.support.handlers:consumer``), configured through environment variables.
+
+Every handler run records a ``start`` and an ``end`` event in the recorder database through
+its own autocommit connection (so rolled-back and killed runs are recorded too), and writes
+its effect through the handler's session (so the effect commits with ``done`` or not at all).
+On SQLite the recorder is a separate file: the handler's transaction holds the main file's
+write lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Double,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Uuid,
+    create_engine,
+    insert,
+)
+from sqlalchemy.orm import Session
+
+from inbox import Consumer, InboxMessage
+from outbox.backoff import Backoff
+from outbox.dsn import normalize
+
+effects_metadata = MetaData()
+effects = Table(
+    "test_effects",
+    effects_metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", Uuid(), nullable=False),
+    Column("mark", String(50), nullable=False),
+)
+events_metadata = MetaData()
+events = Table(
+    "test_events",
+    events_metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("mark", String(50), nullable=False),
+    Column("grp", String(100), nullable=True),
+    Column("kind", String(10), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("at", Double, nullable=False),
+)
+
+
+class FixedBackoff(Backoff):
+    """No jitter, so the tests know when a retry is due."""
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> timedelta:
+        return timedelta(seconds=self.ceiling(attempt))
+
+
+class PermanentProblem(Exception):
+    """Configured as permanent: fails the message at once."""
+
+
+_recorder: Engine | None = None
+
+
+def recorder() -> Engine:
+    global _recorder
+    if _recorder is None:
+        url = os.environ["OUTBOX_TEST_RECORDER"]
+        kwargs: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"timeout": 30}
+        _recorder = create_engine(normalize(url), **kwargs)
+    return _recorder
+
+
+def record(message: InboxMessage, kind: str) -> None:
+    with recorder().connect() as conn:
+        conn.execute(
+            insert(events).values(
+                mark=message.payload["mark"],
+                grp=message.serial_group,
+                kind=kind,
+                pid=os.getpid(),
+                attempt=message.attempt,
+                at=time.time(),
+            )
+        )
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+consumer = Consumer(
+    os.environ.get("OUTBOX_TEST_CONSUMER", "test-consumer"),
+    queues=json.loads(os.environ.get("OUTBOX_TEST_QUEUES", '["jobs"]')),
+    on_retry=os.environ.get("OUTBOX_TEST_ON_RETRY", "block"),  # type: ignore[arg-type]
+    on_dead=os.environ.get("OUTBOX_TEST_ON_DEAD", "continue"),  # type: ignore[arg-type]
+    max_attempts=int(os.environ.get("OUTBOX_TEST_MAX_ATTEMPTS", "5")),
+    backoff=FixedBackoff(
+        base_seconds=_env_float("OUTBOX_TEST_BACKOFF", 0.2),
+        max_seconds=_env_float("OUTBOX_TEST_BACKOFF", 0.2),
+    ),
+    permanent_errors=(PermanentProblem,),
+    visibility_timeout=_env_float("OUTBOX_TEST_VISIBILITY", 30.0),
+    group_lock_timeout=2.0,
+)
+
+
+@consumer.handler("job")
+def job(session: Session, message: InboxMessage) -> None:
+    """payload: mark, sleep (s), sleep_first (extra on attempt 1), fail (raise on attempts
+    <= fail), permanent (bool)."""
+    payload = message.payload
+    record(message, "start")
+    try:
+        if payload.get("permanent"):
+            raise PermanentProblem(f"{payload['mark']} cannot be done")
+        if message.attempt <= int(payload.get("fail", 0)):
+            raise RuntimeError(f"{payload['mark']} failed on attempt {message.attempt}")
+        time.sleep(float(payload.get("sleep", 0.0)))
+        if message.attempt == 1:
+            time.sleep(float(payload.get("sleep_first", 0.0)))
+        session.execute(insert(effects).values(event_id=message.event_id, mark=payload["mark"]))
+    finally:
+        record(message, "end")

@@ -1,0 +1,61 @@
+"""Settings validation, publisher selection by URL, and the SQLite one-relay lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from outbox.errors import ConfigError
+from relay.publishers import publisher_from_url
+from relay.publishers.rabbitmq import RabbitMQPublisher
+from relay.relay import RelaySettings
+from relay.sqlite_guard import RelayAlreadyRunning, SQLiteRelayLock
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("batch_size", 0),
+        ("poll_interval", 0),
+        ("max_attempts", 0),
+        ("time_limit", -1),
+        ("max_messages", 0),
+    ],
+)
+def test_bad_settings_name_the_field(field: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=field):
+        RelaySettings(**{field: value})  # type: ignore[arg-type]
+
+
+def test_amqp_url_builds_rabbitmq_with_options() -> None:
+    publisher = publisher_from_url("amqp://guest:pw@127.0.0.1:5672/%2F", fanout=True)
+    assert isinstance(publisher, RabbitMQPublisher) and publisher.fanout
+
+
+@pytest.mark.parametrize("url", ["", "redis://x", "kafka://"])
+def test_bad_broker_urls_are_config_errors(url: str) -> None:
+    with pytest.raises(ConfigError, match="broker"):
+        publisher_from_url(url)
+
+
+def test_bad_broker_url_error_masks_password() -> None:
+    with pytest.raises(ConfigError) as info:
+        publisher_from_url("redis://user:hunter2@host/0")
+    assert "hunter2" not in str(info.value)
+
+
+def test_sqlite_lock_admits_one_holder(tmp_path: Path) -> None:
+    database = str(tmp_path / "app.db")
+    first, second = SQLiteRelayLock(database), SQLiteRelayLock(database)
+    first.acquire()
+    with pytest.raises(RelayAlreadyRunning):
+        second.acquire()
+    first.release()
+    second.acquire()
+    second.release()
+
+
+def test_sqlite_memory_database_is_refused() -> None:
+    with pytest.raises(ConfigError, match="memory"):
+        SQLiteRelayLock(":memory:")

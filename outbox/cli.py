@@ -99,12 +99,19 @@ def migrate(dsn: str, print_sql: bool, outbox_table: str, inbox_table: str) -> N
     show_default=True,
     help=DSN_HELP,
 )
-def demo(dsn: str) -> None:
-    """Store a serial group's jobs next to a domain row in one transaction, and show them."""
+@click.option(
+    "--keep", is_flag=True, help="Keep an existing SQLite demo file instead of starting fresh."
+)
+def demo(dsn: str, keep: bool) -> None:
+    """Run the pipeline once, explaining each step: store scenario S1's jobs next to an order
+    row in one transaction, run two worker processes on them, print the order and the stats.
+
+    The default is the embedded setup: a SQLite file, the database as the source, no services.
+    """
     from outbox.demo import run_demo
 
     try:
-        run_demo(dsn, echo=click.echo)
+        run_demo(dsn, echo=click.echo, fresh=not keep)
     except OutboxError as exc:
         fail(str(exc))
 

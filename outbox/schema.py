@@ -68,8 +68,9 @@ def _outbox_table(metadata: MetaData, name: str) -> Table:
         UniqueConstraint("event_id", name=f"uq_{name}_event_id"),
         # Relay fetch: due pending rows, most urgent first, then id.
         Index(f"ix_{name}_relay", "status", "priority", "id"),
-        # Group predecessors (job-queue deployment) and head-of-group lookups.
-        Index(f"ix_{name}_group", "queue", "serial_group", "priority", "id"),
+        # Group predecessors (job-queue deployment): status before (priority, id) so the
+        # "undelivered row ahead of me?" probe reads pending rows, not the group's history.
+        Index(f"ix_{name}_group", "queue", "serial_group", "status", "priority", "id"),
         # Per-key publish order: an earlier unsent row of the same key holds later ones back.
         # status before id: the relay's "earlier pending row of this key?" probe is then one
         # index seek, however many sent rows the key has accumulated.

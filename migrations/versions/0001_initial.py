@@ -53,7 +53,9 @@ def upgrade() -> None:
         sa.UniqueConstraint("event_id", name=f"uq_{outbox}_event_id"),
     )
     op.create_index(f"ix_{outbox}_relay", outbox, ["status", "priority", "id"])
-    op.create_index(f"ix_{outbox}_group", outbox, ["queue", "serial_group", "priority", "id"])
+    op.create_index(
+        f"ix_{outbox}_group", outbox, ["queue", "serial_group", "status", "priority", "id"]
+    )
     op.create_index(f"ix_{outbox}_key", outbox, ["queue", "priority", "key", "status", "id"])
 
     op.create_table(

@@ -7,6 +7,7 @@ SQLite: a copy of a template file migrated once per session.
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -22,7 +23,9 @@ from outbox.migrate import VERSION_TABLE
 from tests.support import services
 
 DIALECTS = ("postgresql", "mariadb", "sqlite")
-_TEMPLATE = "outbox_test_template"
+# One template per pytest process: concurrent sessions (developers, CI) never drop each
+# other's template under a running test.
+_TEMPLATE = f"outbox_tpl_{os.getpid()}"
 
 
 class DatabaseFactory:
@@ -147,5 +150,7 @@ class DatabaseFactory:
             self.drop(url)
 
     def close(self) -> None:
+        if self._template_ready and self.dialect != "sqlite":
+            self.drop(self._url(_TEMPLATE))
         if self._admin is not None:
             self._admin.dispose()

@@ -176,8 +176,8 @@ def main() -> None:
         for index in sorted(table.indexes, key=lambda i: i.name or ""):
             cols = ", ".join(c.name for c in index.columns)
             out.append(f"| {table.name} | {index.name} | {cols} |")
-    out.append(f"| outbox | uq_outbox_event_id (unique) | event_id |")
-    out.append(f"| inbox | uq_inbox_event_consumer (unique) | event_id, consumer |")
+    out.append("| outbox | uq_outbox_event_id (unique) | event_id |")
+    out.append("| inbox | uq_inbox_event_consumer (unique) | event_id, consumer |")
     for title, why, _build in QUERIES:
         out += ["", f"## {title}", "", f"Why: {why}", ""]
         for dialect in ("postgresql", "mariadb"):

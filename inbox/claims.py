@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, inspect
@@ -33,6 +34,7 @@ class Claim:
     token: UUID
     serial_group: str | None
     attempt: int
+    row: Any = None  # the row as claimed (type, payload, ...), read in the claim transaction
 
 
 @dataclass(frozen=True)
@@ -86,12 +88,7 @@ class Claimer:
     def claim_next(self) -> Claim | None:
         """Claim the most urgent row that may run now, or None. Never raises for a busy lock
         or a lost race: the row is simply tried again later."""
-        now = self.clock()
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                queries.candidates(self.inbox, self.consumer.name, now, self.batch)
-            ).all()
-        for row in rows:
+        for row in self.candidates(self.batch):
             candidate = Candidate(row.id, row.serial_group, row.priority, row.seq, row.state)
             try:
                 claim = self.try_claim(candidate, lock_timeout=0)
@@ -102,6 +99,15 @@ class Claimer:
                 return claim
         return None
 
+    def candidates(self, limit: int) -> list[Any]:
+        now = self.clock()
+        rows: list[Any] = []
+        with self.engine.connect() as conn:
+            for statement in queries.candidates(self.inbox, self.consumer.name, now, limit):
+                rows.extend(conn.execute(statement).all())
+        rows.sort(key=lambda r: (r.priority, r.seq, r.id))
+        return rows[:limit]
+
     def try_claim(self, candidate: Candidate, lock_timeout: float | None = None) -> Claim | None:
         """Claim one candidate. ``lock_timeout`` 0 (what ``claim_next`` uses): if another
         worker holds the group lock right now, give up at once and try another candidate."""
@@ -111,26 +117,35 @@ class Claimer:
             if conn is None:
                 return None  # the group lock is busy: later
             now = self.clock()
-            if group is not None:
-                # A processing row whose lease expired was already running: taking it back
-                # is a continuation, so only exclusion applies to it, not ordering.
-                resumed = candidate.state == states.PROCESSING
-                if self.blocked(conn, candidate, now, ordering=not resumed):
-                    conn.execute(queries.mark_waiting(self.inbox, candidate.id, now))
-                    return None
-            return self._claim(conn, candidate, group, now)
+            # A processing row whose lease expired was already running: taking it back is a
+            # continuation, so only exclusion applies to it, not ordering. The claim below
+            # then requires that state still, so a row that changed meanwhile is not started
+            # without the ordering check.
+            resumed = candidate.state == states.PROCESSING
+            if group is not None and self.blocked(conn, candidate, now, ordering=not resumed):
+                conn.execute(queries.mark_waiting(self.inbox, candidate.id, now))
+                return None
+            return self._claim(conn, candidate, group, now, resumed=resumed)
 
     def _claim(
-        self, conn: Connection, candidate: Candidate, group: str | None, now: datetime
+        self,
+        conn: Connection,
+        candidate: Candidate,
+        group: str | None,
+        now: datetime,
+        *,
+        resumed: bool = False,
     ) -> Claim | None:
         """The conditional claim: ours only if it changed exactly one row."""
         token = uuid4()
         lease = now + timedelta(seconds=self.consumer.visibility_timeout)
-        result = conn.execute(queries.claim(self.inbox, candidate.id, token, now, lease))
+        result = conn.execute(
+            queries.claim(self.inbox, candidate.id, token, now, lease, resumed=resumed)
+        )
         if result.rowcount != 1:
             return None  # someone else claimed or finished it first
-        attempt = conn.execute(queries.load(self.inbox, candidate.id)).one().attempts
-        return Claim(candidate.id, token, group, int(attempt))
+        row = conn.execute(queries.load(self.inbox, candidate.id)).one()
+        return Claim(candidate.id, token, group, int(row.attempts), row)
 
     def blocked(
         self, conn: Connection, row: Candidate, now: datetime, ordering: bool = True
@@ -244,8 +259,4 @@ class Claimer:
             return False
         if counts.get(states.READY):
             return False
-        now = self.clock()
-        with self.engine.connect() as conn:
-            return not conn.execute(
-                queries.candidates(self.inbox, self.consumer.name, now, 1)
-            ).first()
+        return not self.candidates(1)

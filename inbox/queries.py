@@ -70,34 +70,46 @@ def notify(channel: str, payload: str) -> Select[Any]:
 # --- claim ----------------------------------------------------------------------------------
 
 
-def claimable(table: Table, now: datetime) -> ColumnElement[bool]:
-    """States a claim may take: ready, waiting, due retry, or a processing row whose lease
-    expired (its worker died: G9)."""
+def claimable(table: Table, now: datetime, *, resumed: bool = False) -> ColumnElement[bool]:
+    """States a claim may take. A fresh claim: ready, waiting or a due retry. ``resumed``: a
+    processing row whose lease expired (its worker died: G9), and nothing else.
+
+    The two are separate on purpose: the claimer decides whether the ordering check applies
+    from the state it read; if the row changed state since (an expired claim that its slow
+    worker finished as a retry), the conditional claim must fail rather than start the row
+    without the check it needed.
+    """
     t = table.c
+    if resumed:
+        return and_(t.state == states.PROCESSING, t.lease_until < now)
     return or_(
         t.state.in_((states.READY, states.WAITING)),
         and_(t.state == states.RETRY, t.available_at <= now),
+    )
+
+
+def candidates(table: Table, consumer: str, now: datetime, limit: int) -> list[Select[Any]]:
+    """Rows to try to claim, most urgent first: ready rows, due retries, expired claims.
+
+    One statement per state so each reads ``ix_inbox_claim (consumer, state, priority, seq)``
+    in order and stops after ``limit`` rows (a single OR over the states sorts every match).
+    The caller merges them by (priority, seq). WAITING rows are not candidates: they come
+    back as READY through the head-of-group pass when they become their group's head.
+    """
+    t = table.c
+    columns = (t.id, t.serial_group, t.priority, t.seq, t.state)
+    conditions = (
+        t.state == states.READY,
+        and_(t.state == states.RETRY, t.available_at <= now),
         and_(t.state == states.PROCESSING, t.lease_until < now),
     )
-
-
-def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select[Any]:
-    """Rows to try to claim, most urgent first. WAITING rows are not candidates: they come
-    back as READY through the head-of-group pass when they become their group's head."""
-    t = table.c
-    return (
-        select(t.id, t.serial_group, t.priority, t.seq, t.state)
-        .where(
-            t.consumer == consumer,
-            or_(
-                t.state == states.READY,
-                and_(t.state == states.RETRY, t.available_at <= now),
-                and_(t.state == states.PROCESSING, t.lease_until < now),
-            ),
-        )
-        .order_by(t.priority, t.seq, t.id)
+    return [
+        select(*columns)
+        .where(t.consumer == consumer, condition)
+        .order_by(t.priority, t.seq)
         .limit(limit)
-    )
+        for condition in conditions
+    ]
 
 
 def _ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnElement[bool]:
@@ -182,12 +194,21 @@ def outbox_blocker(
     )
 
 
-def claim(table: Table, row_id: int, token: Any, now: datetime, lease_until: datetime) -> Update:
-    """The conditional claim: succeeds for exactly one worker (rowcount 1)."""
+def claim(
+    table: Table,
+    row_id: int,
+    token: Any,
+    now: datetime,
+    lease_until: datetime,
+    *,
+    resumed: bool = False,
+) -> Update:
+    """The conditional claim: succeeds for exactly one worker (rowcount 1), and only while the
+    row is still in the state the claimer's checks were made for (see ``claimable``)."""
     t = table.c
     return (
         update(table)
-        .where(t.id == row_id, claimable(table, now))
+        .where(t.id == row_id, claimable(table, now, resumed=resumed))
         .values(
             state=states.PROCESSING,
             claim_token=token,

@@ -45,9 +45,9 @@ class Runner:
         self.claimer = claimer
         self.clock = clock
         self.inbox = schema_for(consumer.config).inbox
-        # SQLite: the handler's transaction holds the database write lock, so nobody can
-        # take the claim back while it runs, and a heartbeat would only queue behind it.
-        self.heartbeat = engine.dialect.name != "sqlite"
+        # On SQLite a beat may queue behind the handler's own write transaction: harmless,
+        # nobody can take the claim back while that transaction holds the write lock.
+        self.heartbeat = True
 
     def run(self, claim: Claim) -> str:
         """Run the claimed message; returns done / retry / failed / halted / lost."""
@@ -57,8 +57,10 @@ class Runner:
     def run_and_take_next(self, claim: Claim, take_next: bool) -> tuple[str, Claim | None]:
         """Run it; if that frees its group, claim the group's next head (``take_next``) or
         just make it ready. Returns the outcome and the next claim, if taken."""
-        with self.engine.connect() as conn:
-            row = conn.execute(queries.load(self.inbox, claim.row_id)).one()
+        row = claim.row
+        if row is None:
+            with self.engine.connect() as conn:
+                row = conn.execute(queries.load(self.inbox, claim.row_id)).one()
         if row.claim_token != claim.token:
             return LOST, None
         handler = self.consumer.handler_for(row.type)

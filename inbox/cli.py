@@ -98,9 +98,19 @@ def load_consumer(target: str) -> Consumer:
 @click.option(
     "--metrics-port",
     envvar="OUTBOX_METRICS_PORT",
-    type=int,
+    show_envvar=True,
+    type=click.IntRange(min=0, max=65535),
     default=None,
-    hidden=True,  # accepted now; the metrics endpoint arrives with the metrics release
+    help="Serve Prometheus metrics (inbox_processed_total, handler and end-to-end seconds, "
+    "duplicates, and the inbox gauges of the database) on this port.",
+)
+@click.option(
+    "--metrics-host",
+    envvar="OUTBOX_METRICS_HOST",
+    show_envvar=True,
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server binds.",
 )
 @click.option("--log-level", envvar="OUTBOX_LOG_LEVEL", show_envvar=True, default="INFO")
 def worker(
@@ -113,6 +123,7 @@ def worker(
     stop_when_idle: bool,
     time_limit: float | None,
     metrics_port: int | None,
+    metrics_host: str,
     log_level: str,
 ) -> None:
     """Run CONSUMER's handlers: receive, dedupe into the inbox, run each message once.
@@ -144,6 +155,10 @@ def worker(
             priorities=range(config.min_priority, config.max_priority + 1),
             consumer_name=consumer.name,
         )
+        if metrics_port is not None:
+            from outbox.metrics import serve
+
+            serve(metrics_port, engine, host=metrics_host, outbox=False, inbox=True)
         options = WorkerOptions(
             concurrency=concurrency,
             poll_interval=poll_interval,

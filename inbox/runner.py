@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session
 from inbox import queries, rules
 from inbox.claims import Claim, Claimer
 from inbox.consumer import Consumer, InboxMessage
-from outbox import states
+from outbox import metrics, states
 from outbox.clock import utcnow
 from outbox.schema import schema_for
 from outbox.wire import H_KEY
@@ -30,6 +31,13 @@ log = logging.getLogger("inbox.runner")
 
 DONE = "done"
 LOST = "lost"  # the claim was taken back meanwhile: our work was rolled back
+# Outcome -> ``inbox_processed_total{result}``.
+_RESULTS = {
+    DONE: metrics.RESULT_DONE,
+    states.RETRY: metrics.RESULT_RETRY,
+    states.DEAD: metrics.RESULT_FAILED,
+    states.HALTED: metrics.RESULT_FAILED,
+}
 
 
 class Runner:
@@ -48,6 +56,7 @@ class Runner:
         # On SQLite a beat may queue behind the handler's own write transaction: harmless,
         # nobody can take the claim back while that transaction holds the write lock.
         self.heartbeat = True
+        self.metrics = metrics.default()
 
     def run(self, claim: Claim) -> str:
         """Run the claimed message; returns done / retry / failed / halted / lost."""
@@ -73,7 +82,12 @@ class Runner:
             )
             outcome = self._fail(claim, reason, permanent=True)
         else:
+            started = time.perf_counter()
             outcome = self._run_handler(claim, handler, _message(row, claim.attempt))
+            self.metrics.handler_time(
+                self.consumer.name, row.queue, row.priority, time.perf_counter() - started
+            )
+        self._count(row, outcome)
         following = None
         if claim.serial_group is not None and _frees_group(outcome, self.consumer):
             if take_next:
@@ -81,6 +95,15 @@ class Runner:
             else:
                 self.claimer.promote_group(claim.serial_group)
         return outcome, following
+
+    def _count(self, row: Any, outcome: str) -> None:
+        result = _RESULTS.get(outcome)
+        if result is None:  # lost: the run that took the claim back counts it
+            return
+        self.metrics.processed(self.consumer.name, row.queue, row.priority, result)
+        if outcome == DONE and row.occurred_at is not None:
+            age = (self.clock() - row.occurred_at).total_seconds()
+            self.metrics.end_to_end(self.consumer.name, row.queue, row.priority, age)
 
     def _run_handler(
         self, claim: Claim, handler: Callable[[Session, InboxMessage], None], msg: InboxMessage

@@ -24,6 +24,7 @@ from inbox.consumer import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
 from inbox.runner import Runner
 from inbox.source import Source
+from outbox import metrics
 from outbox.backoff import outage_delay
 
 log = logging.getLogger("inbox.worker")
@@ -194,6 +195,9 @@ class Worker:
     # --- helpers ----------------------------------------------------------------------------
 
     def _ingested(self, result: IngestResult) -> None:
+        if result.duplicates:
+            # Counted per consumer: one ingest batch mixes queues and priorities.
+            metrics.default().duplicate(self.consumer.name, "", 0, result.duplicates)
         if result.inserted:
             self.claim_wake.set()
 

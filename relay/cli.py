@@ -133,7 +133,8 @@ def _opt(name: str, env: str, *dest: str, **kwargs: Any) -> Callable[[FC], FC]:
     "--metrics-port",
     "OUTBOX_METRICS_PORT",
     type=click.IntRange(1, 65535),
-    help="Serve Prometheus metrics (published, publish errors, batch seconds) on this port.",
+    help="Serve Prometheus metrics (published, publish errors, batch seconds, delivery lag, "
+    "and the outbox gauges of the database: pending, oldest pending age, failed) on this port.",
 )
 @_opt(
     "--metrics-host",
@@ -171,7 +172,8 @@ def relay(
     SQLite allows one relay per file. SIGTERM/SIGINT finish the current batch and exit 0.
     """
     # Imported here: `outbox --help` must not load pika and SQLAlchemy engines.
-    from relay.metrics import RelayMetrics
+    from outbox import metrics as metrics_mod
+    from outbox.schema import schema_for
     from relay.publishers import publisher_from_url
     from relay.relay import Relay, RelaySettings
 
@@ -207,9 +209,16 @@ def relay(
         )
         engine = dsn_mod.make_engine(dsn)
         publisher = publisher_from_url(broker, **options)
-        metrics = RelayMetrics()
+        metrics = metrics_mod.default()
         if metrics_port is not None:
-            metrics.serve(metrics_port, metrics_host)
+            metrics_mod.serve(
+                metrics_port,
+                engine,
+                host=metrics_host,
+                schema=schema_for(config),
+                outbox=True,
+                inbox=False,
+            )
         worker = Relay(engine, publisher, settings, metrics=metrics)
     except (OutboxError, ValueError) as exc:
         _fail(str(exc))

@@ -21,25 +21,26 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 
 from outbox import states
 from outbox.backoff import Backoff, outage_delay
 from outbox.clock import utcnow
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
-from outbox.dsn import mask
+from outbox.dsn import make_engine, mask
 from outbox.errors import ConfigError
+from outbox.metrics import Metrics
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER
 from outbox.wire import Envelope
 from relay import queries
-from relay.metrics import RelayMetrics
 from relay.publisher import BrokerUnavailable, Outgoing, Publisher
 from relay.sqlite_guard import SQLiteRelayLock
 from relay.wakeup import PgNotifyWaker, PollWaker, Waker
 
 log = logging.getLogger("relay")
 MAX_ERROR_LENGTH = 2000
+READ_COMMITTED = "READ COMMITTED"
 
 
 @dataclass(frozen=True)
@@ -99,18 +100,22 @@ class Relay:
         settings: RelaySettings | None = None,
         *,
         clock: Callable[[], datetime] = utcnow,
-        metrics: RelayMetrics | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings or RelaySettings()
         self.publisher = publisher
         self.clock = clock
-        self.metrics = metrics or RelayMetrics()
+        # A registry of its own unless told otherwise: several relays in one test process.
+        self.metrics = metrics if metrics is not None else Metrics()
         self.table = schema_for(self.settings.config).outbox
         self.family = engine.dialect.name if engine.dialect.name != "mariadb" else "mysql"
         if self.family == "mysql":
             # No gap locks: under REPEATABLE READ the batch's FOR UPDATE would lock the gap
-            # producers insert into, stalling them for a whole broker round trip.
-            engine = engine.execution_options(isolation_level="READ COMMITTED")
+            # producers insert into, stalling them for a whole broker round trip. An engine of
+            # our own at that level, not execution_options on the caller's: the pool would
+            # reset the level on check-in, and on a connection the server killed that raises
+            # outside SQLAlchemy's error handling.
+            engine = make_engine(engine.url, isolation_level=READ_COMMITTED)
         self.engine = engine
         self.stats = RelayStats()
         self._stopping = threading.Event()
@@ -147,10 +152,13 @@ class Relay:
                 except BrokerUnavailable as exc:
                     broker_failures += 1
                     self.stats.broker_errors += 1
-                    self.metrics.publish_errors.labels("broker").inc()
+                    # An outage belongs to no queue: counted with empty labels.
+                    self.metrics.publish_errors("", 0)
                     self._pause(exc, broker_failures, "broker")
                     continue
-                except DBAPIError as exc:
+                except SQLAlchemyError as exc:
+                    # DBAPIError, and the errors SQLAlchemy raises about a connection that died
+                    # mid-transaction (PendingRollbackError, ResourceClosedError ...).
                     db_failures += 1
                     self.stats.database_errors += 1
                     self._pause(exc, db_failures, "database")
@@ -173,7 +181,7 @@ class Relay:
         return self.stats
 
     def run_once(self) -> BatchResult:
-        """One batch: fetch, publish, record. Raises ``BrokerUnavailable`` / ``DBAPIError``
+        """One batch: fetch, publish, record. Raises ``BrokerUnavailable`` or a SQLAlchemy error
         after rolling back (attempts untouched)."""
         started = time.perf_counter()
         if not self._connected:
@@ -190,7 +198,7 @@ class Relay:
             self.stats.sent += result.sent
             self.stats.refused += result.refused
             self.stats.failed += result.failed
-            self.metrics.batch_seconds.observe(elapsed)
+            self.metrics.relay_batch(elapsed)
             log.info(
                 "batch: %d published, %d refused (%d now failed) in %.1f ms; errors so far: "
                 "%d broker, %d database",
@@ -211,6 +219,8 @@ class Relay:
             rows = self._fetch(conn, now, lock=True)
             if not rows:
                 return BatchResult()
+            if self.family == "postgresql":
+                conn.execute(queries.relaxed_commit())
             outcome = self._publish(rows)
             return self._record(conn, rows, outcome, self.clock())
 
@@ -282,7 +292,9 @@ class Relay:
             conn.execute(queries.mark_sent(self.table, [row.id for row in confirmed], now))
             result.sent = len(confirmed)
             for row in confirmed:
-                self.metrics.published.labels(row.queue, str(row.priority)).inc()
+                self.metrics.published(row.queue, row.priority)
+                lag = (now - row.occurred_at).total_seconds()
+                self.metrics.delivery_lag(row.queue, row.priority, lag)
         for row in rows:
             reason = outcome.get(row.id)
             if reason is None:
@@ -300,7 +312,7 @@ class Relay:
                     error=mask(reason)[:MAX_ERROR_LENGTH],
                 )
             )
-            self.metrics.publish_errors.labels("refused").inc()
+            self.metrics.publish_errors(row.queue, row.priority)
             result.refused += 1
             result.failed += int(dead)
             log.warning(

@@ -70,7 +70,7 @@ def test_broker_outage_loses_nothing_and_counts_no_attempt(
         attempts = conn.execute(select(func.max(outbox_table.c.attempts))).scalar_one()
     assert attempts == 0  # an outage is not the rows' fault
     errors = relay.metrics.registry.get_sample_value(
-        "outbox_publish_errors_total", {"kind": "broker"}
+        "outbox_publish_errors_total", {"queue": "", "priority": "0"}
     )
     assert errors is not None and errors >= 3
     delivered = read_queue(f"{queue}_1", TOTAL, timeout=60)

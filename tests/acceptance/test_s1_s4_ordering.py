@@ -26,13 +26,19 @@ S1 = [("a", 1), ("b", 1), ("c", 2), ("d", 1), ("e", 1), ("f", 2), ("g", 1)]
 S1_ORDER = ["a", "b", "d", "e", "g", "c", "f"]
 
 
-def store(bed: Bed, jobs: Sequence[tuple[str, int]], group: str | None, **payload: Any) -> None:
+def store(
+    bed: Bed,
+    jobs: Sequence[tuple[str, int]],
+    group: str | None,
+    queue: str = "jobs",
+    **payload: Any,
+) -> None:
     with bed.engine.begin() as conn:
         store_many(
             conn,
             [
                 Message(
-                    queue="jobs",
+                    queue=queue,
                     type="job",
                     payload={"mark": mark, **payload.get(mark, {"sleep": 0.03})},
                     priority=priority,

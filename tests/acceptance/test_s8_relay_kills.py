@@ -32,7 +32,7 @@ KILLS = 20
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dialect", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("dialect", ["postgresql", "mariadb"], indirect=True)
 def test_s8_relay_killed_20_times_loses_nothing(
     engine: Engine, dsn: str, rabbit_names: list[str], tmp_path: Path
 ) -> None:

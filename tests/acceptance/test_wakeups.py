@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.acceptance.test_s1_s4_ordering import S1, S1_ORDER, check_serial, store
-from tests.support.workers import Bed, started_order, wait_all, wait_for
+from tests.support.workers import Bed, pg_listeners, started_order, wait_all, wait_for
 
 
 def test_the_next_message_of_a_group_starts_at_once(bed: Bed) -> None:
@@ -30,7 +30,7 @@ def test_the_next_message_of_a_group_starts_at_once(bed: Bed) -> None:
 def test_an_idle_worker_wakes_on_notify(bed: Bed) -> None:
     worker = bed.spawn(stop_when_idle=False, poll_interval=10.0)
     try:
-        wait_for(lambda: _listening(bed), 30, "the worker to LISTEN")
+        wait_for(lambda: pg_listeners(bed.engine), 30, "the worker to LISTEN")
         committed = time.time()
         store(bed, [("n", 1)], None)
         wait_for(lambda: "n" in started_order(bed.events()), 5, "the job to start")
@@ -39,17 +39,3 @@ def test_an_idle_worker_wakes_on_notify(bed: Bed) -> None:
     finally:
         worker.send_signal(signal.SIGTERM)
         assert wait_all([worker], 30) == [0]
-
-
-def _listening(bed: Bed) -> bool:
-    from sqlalchemy import text
-
-    with bed.engine.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
-                )
-            ).scalar()
-        )

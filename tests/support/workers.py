@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import URL, make_url
 
 from outbox.dsn import normalize
@@ -175,6 +175,19 @@ def overlaps(rows: Sequence[Any], group: str) -> list[tuple[str, str]]:
         if start2 < end1:
             found.append((m1, m2))
     return found
+
+
+def pg_listeners(engine: Engine) -> int:
+    """PostgreSQL: workers whose LISTEN thread runs (started after their signal handlers)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                )
+            ).scalar_one()
+        )
 
 
 def dsn_of(url: URL) -> str:

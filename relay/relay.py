@@ -244,6 +244,12 @@ class Relay:
         heads = [(r.queue, r.priority, r.key, r.id) for r in rows if r.key is not None]
         if not heads or len(rows) >= limit:
             return rows
+        if self.family == "mysql":
+            # InnoDB: the followers' locking scan (no SKIP LOCKED, on purpose) waits on index
+            # records another relay's mark-sent UPDATE holds while that UPDATE waits on ours:
+            # a deadlock (1213) whose victim may be an already-published batch, which would
+            # then be published twice. On MariaDB a key moves one row per batch instead.
+            return rows
         followers = conn.execute(
             queries.fetch_followers(self.table, heads, limit=limit - len(rows), lock=lock)
         ).all()

@@ -11,19 +11,11 @@ import click
 
 from inbox.consumer import Consumer
 from outbox import dsn as dsn_mod
+from outbox.cli_support import DSN_HELP
+from outbox.cli_support import fail as _fail
 from outbox.errors import OutboxError
 
 commands: list[click.Command] = []
-
-DSN_HELP = (
-    "Database URL: postgresql://user:pass@host/db, mysql://user:pass@host/db "
-    "(MariaDB too) or sqlite:///path.db."
-)
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {dsn_mod.mask(message)}", err=True)
-    sys.exit(1)
 
 
 def load_consumer(target: str) -> Consumer:

@@ -6,19 +6,13 @@ Every option also reads an environment variable (shown in ``--help``). Exit code
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from outbox import dsn as dsn_mod
 from outbox import migrate as migrate_mod
+from outbox.cli_support import DSN_HELP, fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
-
-DSN_HELP = (
-    "Database URL: postgresql://user:pass@host/db, mysql://user:pass@host/db "
-    "(MariaDB too) or sqlite:///path.db."
-)
 
 dsn_option = click.option(
     "--dsn", envvar="OUTBOX_DSN", show_envvar=True, required=True, help=DSN_HELP
@@ -49,12 +43,6 @@ def main() -> None:
     Producers call outbox.store() inside their own transaction; `outbox relay` publishes
     committed rows; `outbox worker` runs handlers exactly once per (event_id, consumer).
     """
-
-
-def fail(message: str) -> None:
-    """Print a clean error (passwords masked) and exit 1."""
-    click.echo(f"error: {dsn_mod.mask(message)}", err=True)
-    sys.exit(1)
 
 
 @main.command()

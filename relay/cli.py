@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -15,20 +14,12 @@ from click.decorators import FC
 
 from outbox import dsn as dsn_mod
 from outbox.backoff import Backoff
+from outbox.cli_support import DSN_HELP
+from outbox.cli_support import fail as _fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
 
 commands: list[click.Command] = []
-
-DSN_HELP = (
-    "Database URL: postgresql://user:pass@host/db, mysql://user:pass@host/db "
-    "(MariaDB too) or sqlite:///path.db."
-)
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {dsn_mod.mask(message)}", err=True)
-    sys.exit(1)
 
 
 def _opt(name: str, env: str, *dest: str, **kwargs: Any) -> Callable[[FC], FC]:

@@ -29,7 +29,6 @@ the consumer is then closed by ``run_once`` as it returns.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +36,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from inbox.source import Ingest, Rejected
+from inbox.source import Ingest, Rejected, ThreadSafeSource
 from outbox.wire import Envelope, MalformedMessageError, from_wire, routing_name
 from relay.publishers.kafka import client_config, ensure_topics
 
@@ -58,7 +57,7 @@ FORCED: dict[str, Any] = {"enable.auto.commit": False, "enable.partition.eof": T
 _TP = tuple[str, int]
 
 
-class KafkaSource:
+class KafkaSource(ThreadSafeSource):
     def __init__(
         self,
         bootstrap: str,
@@ -86,8 +85,7 @@ class KafkaSource:
         self._paused: set[_TP] = set()
         self._next: dict[_TP, int] = {}  # next offset run_once will hand over, when known
         self._starting_until = 0.0  # monotonic time until which run_once waits for a join
-        self._lock = threading.Lock()
-        self._closing = False
+        super().__init__()
 
     def __repr__(self) -> str:
         return f"KafkaSource({self.bootstrap!r}, group={self.group_id!r})"
@@ -97,25 +95,6 @@ class KafkaSource:
         return sorted(self._priority_of, key=lambda t: (self._priority_of[t], t))
 
     # -- Source -------------------------------------------------------------------------------
-
-    def run_once(self, ingest: Ingest, max_messages: int, timeout: float) -> int:
-        with self._lock:
-            try:
-                if self._closing:
-                    return 0
-                return self._run_once(ingest, max_messages, timeout)
-            finally:
-                if self._closing:
-                    self._shutdown()
-
-    def close(self) -> None:
-        self._closing = True
-        if self._lock.acquire(blocking=False):
-            try:
-                self._shutdown()
-            finally:
-                self._lock.release()
-        # else: run_once is running in another thread and closes as it returns
 
     def drained(self) -> bool:
         """True when the group gave us partitions and every one is consumed to its end (as

@@ -23,7 +23,6 @@ pika connection is not thread-safe, so the close is then done by ``run_once`` as
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -34,7 +33,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from inbox.source import Ingest, Rejected
+from inbox.source import Ingest, Rejected, ThreadSafeSource
 from outbox.dsn import mask
 from outbox.wire import Envelope, MalformedMessageError, from_wire, routing_name
 from relay.publisher import BrokerUnavailable
@@ -50,7 +49,7 @@ class _Delivery:
     body: bytes
 
 
-class RabbitMQSource:
+class RabbitMQSource(ThreadSafeSource):
     def __init__(
         self,
         url: str,
@@ -81,8 +80,7 @@ class RabbitMQSource:
         self._buffers: dict[int, deque[_Delivery]] = {p: deque() for p in self.priorities}
         self._connection: pika.BlockingConnection | None = None
         self._channel: Any = None
-        self._lock = threading.Lock()
-        self._closing = False
+        super().__init__()
 
     def __repr__(self) -> str:
         return f"RabbitMQSource({mask(self.url)!r}, {[q for _, q in self._queues]})"
@@ -91,25 +89,6 @@ class RabbitMQSource:
         return f"{destination}.{self.fanout_group}" if self.fanout_group else destination
 
     # -- Source -------------------------------------------------------------------------------
-
-    def run_once(self, ingest: Ingest, max_messages: int, timeout: float) -> int:
-        with self._lock:
-            try:
-                if self._closing:
-                    return 0
-                return self._run_once(ingest, max_messages, timeout)
-            finally:
-                if self._closing:
-                    self._shutdown()
-
-    def close(self) -> None:
-        self._closing = True
-        if self._lock.acquire(blocking=False):
-            try:
-                self._shutdown()
-            finally:
-                self._lock.release()
-        # else: run_once is running in another thread and closes as it returns
 
     def drained(self) -> bool:
         """True when nothing is buffered here and no queue has ready messages at the broker

@@ -10,29 +10,9 @@ import click
 
 from outbox import dsn as dsn_mod
 from outbox import migrate as migrate_mod
-from outbox.cli_support import DSN_HELP, fail
+from outbox.cli_support import DSN_HELP, db_options, fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
-
-dsn_option = click.option(
-    "--dsn", envvar="OUTBOX_DSN", show_envvar=True, required=True, help=DSN_HELP
-)
-outbox_table_option = click.option(
-    "--outbox-table",
-    envvar="OUTBOX_TABLE",
-    show_envvar=True,
-    default="outbox",
-    show_default=True,
-    help="Name of the outbox table.",
-)
-inbox_table_option = click.option(
-    "--inbox-table",
-    envvar="OUTBOX_INBOX_TABLE",
-    show_envvar=True,
-    default="inbox",
-    show_default=True,
-    help="Name of the inbox table.",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,12 +26,10 @@ def main() -> None:
 
 
 @main.command()
-@dsn_option
+@db_options
 @click.option(
     "--sql", "print_sql", is_flag=True, help="Print the SQL for this dialect; run nothing."
 )
-@outbox_table_option
-@inbox_table_option
 def migrate(dsn: str, print_sql: bool, outbox_table: str, inbox_table: str) -> None:
     """Create or upgrade the outbox and inbox tables (idempotent).
 

@@ -3,46 +3,21 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 from sqlalchemy import Engine
 
+# Re-exported: the operator commands import their shared options from here.
+from outbox.cli_support import db_options as db_options
+from outbox.cli_support import fail as fail
 from outbox.config import OutboxConfig
-from outbox.dsn import make_engine, mask
+from outbox.dsn import make_engine
 from outbox.errors import OutboxError
 from outbox.schema import Schema, schema_for
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def db_options(func: F) -> F:
-    func = click.option(
-        "--inbox-table",
-        envvar="OUTBOX_INBOX_TABLE",
-        show_envvar=True,
-        default="inbox",
-        show_default=True,
-        help="Name of the inbox table.",
-    )(func)
-    func = click.option(
-        "--outbox-table",
-        envvar="OUTBOX_TABLE",
-        show_envvar=True,
-        default="outbox",
-        show_default=True,
-        help="Name of the outbox table (the audit table is <name>_audit).",
-    )(func)
-    func = click.option(
-        "--dsn",
-        envvar="OUTBOX_DSN",
-        show_envvar=True,
-        required=True,
-        help="Database URL: postgresql://user:pass@host/db, mysql://... or sqlite:///path.db.",
-    )(func)
-    return func
 
 
 def json_option(func: F) -> F:
@@ -54,11 +29,6 @@ def json_option(func: F) -> F:
         is_flag=True,
         help="Print JSON instead of a table.",
     )(func)
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"error: {mask(message)}", err=True)
-    sys.exit(code)
 
 
 def open_db(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, Schema]:

@@ -150,8 +150,10 @@ class Claimer:
     def blocked(
         self, conn: Connection, row: Candidate, now: datetime, ordering: bool = True
     ) -> bool:
+        """Does anything stand before ``row`` in its group? All checks in one statement,
+        one snapshot (see ``queries.any_of``)."""
         assert row.serial_group is not None
-        found = conn.execute(
+        checks = [
             queries.inbox_blocker(
                 self.inbox,
                 consumer=self.consumer.name,
@@ -163,14 +165,12 @@ class Claimer:
                 skip_retry=self.skip_retry,
                 ordering=ordering,
             )
-        ).first()
-        if found is not None:
-            return True
-        if not (ordering and self.job_queue):
-            return False
-        sent_since = now - timedelta(seconds=self.consumer.delivery_window) if self.broker else None
-        return (
-            conn.execute(
+        ]
+        if ordering and self.job_queue:
+            sent_since = (
+                now - timedelta(seconds=self.consumer.delivery_window) if self.broker else None
+            )
+            checks.append(
                 queries.outbox_blocker(
                     self.outbox,
                     self.inbox,
@@ -181,9 +181,8 @@ class Claimer:
                     seq=row.seq,
                     sent_since=sent_since,
                 )
-            ).first()
-            is not None
-        )
+            )
+        return bool(conn.execute(queries.any_of(checks)).scalar())
 
     # --- head of group ----------------------------------------------------------------------
 

@@ -194,6 +194,16 @@ def outbox_blocker(
     )
 
 
+def any_of(checks: Sequence[Select[Any]]) -> Select[Any]:
+    """``SELECT EXISTS (...) OR EXISTS (...)``: several blocker checks as ONE statement.
+
+    Not a convenience: on READ COMMITTED each statement reads its own snapshot. A predecessor
+    moves from "undelivered outbox row" to "inbox row" in one commit by another worker; checked
+    in two statements, that commit can land between them and hide it from both (G5).
+    """
+    return select(or_(*(check.exists() for check in checks)))
+
+
 def claim(
     table: Table,
     row_id: int,

@@ -21,6 +21,7 @@ from inbox import queries
 from inbox.consumer import Consumer
 from inbox.ingest import wake_payload
 from inbox.locks import group_transaction
+from inbox.rules import StepAside
 from outbox import states
 from outbox.clock import utcnow
 from outbox.schema import schema_for
@@ -80,8 +81,8 @@ class Claimer:
         self.on_promoted: Callable[[], None] | None = None
 
     @property
-    def skip_retry(self) -> bool:
-        return self.consumer.on_retry == "skip"
+    def skip_retry(self) -> StepAside:
+        return self.consumer.step_aside
 
     # --- claim ------------------------------------------------------------------------------
 

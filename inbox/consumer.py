@@ -10,7 +10,7 @@ from uuid import UUID
 
 from sqlalchemy.orm import Session
 
-from inbox.rules import OnDead, OnRetry
+from inbox.rules import OnDead, OnRetry, StepAside
 from outbox import validation
 from outbox.backoff import Backoff
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
@@ -36,6 +36,14 @@ class InboxMessage:
 Handler = Callable[[Session, InboxMessage], None]
 
 
+@dataclass(frozen=True)
+class QueuePolicy:
+    """A queue's own retry and dead-letter policy; None keeps the consumer's."""
+
+    on_retry: OnRetry | None = None
+    on_dead: OnDead | None = None
+
+
 class Consumer:
     """A consumer of one or more queues. Each (event_id, consumer) takes effect once.
 
@@ -46,6 +54,9 @@ class Consumer:
     ``group_lock_timeout``: seconds to wait for a group lock before trying later.
     ``delivery_window``: with a broker, outbox rows sent this many seconds ago or less and not
     yet received still hold their group (job-queue deployment).
+    ``queue_policies``: ``{queue: QueuePolicy(on_retry=..., on_dead=...)}`` (or a dict with those
+    keys) overrides the two policies for the messages of one queue. A group whose messages
+    come from several queues applies each message's own queue's policy to it.
     """
 
     def __init__(
@@ -61,6 +72,7 @@ class Consumer:
         visibility_timeout: float = 60.0,
         group_lock_timeout: float = 5.0,
         delivery_window: float = 3600.0,
+        queue_policies: Mapping[str, QueuePolicy | Mapping[str, str]] | None = None,
         config: OutboxConfig = DEFAULT_CONFIG,
     ) -> None:
         self.name = _name("name", name)
@@ -70,10 +82,7 @@ class Consumer:
             self.queues = tuple(validation.check_queue(q) for q in queues)
         except ValidationError as exc:
             raise ConfigError(f"queues: {exc.reason}") from exc
-        if on_retry not in ("block", "skip"):
-            raise ConfigError(f"on_retry: must be 'block' or 'skip', got {on_retry!r}")
-        if on_dead not in ("continue", "halt"):
-            raise ConfigError(f"on_dead: must be 'continue' or 'halt', got {on_dead!r}")
+        _check_policies("", on_retry, on_dead)
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigError(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
         for label, value in (
@@ -95,7 +104,25 @@ class Consumer:
         self.group_lock_timeout = float(group_lock_timeout)
         self.delivery_window = float(delivery_window)
         self.config = config
+        self.queue_policies = _queue_policies(queue_policies or {}, self.queues)
         self._handlers: dict[str, Handler] = {}
+
+    def on_retry_for(self, queue: str) -> OnRetry:
+        policy = self.queue_policies.get(queue)
+        return policy.on_retry if policy and policy.on_retry else self.on_retry
+
+    def on_dead_for(self, queue: str) -> OnDead:
+        policy = self.queue_policies.get(queue)
+        return policy.on_dead if policy and policy.on_dead else self.on_dead
+
+    @property
+    def step_aside(self) -> StepAside:
+        """Whose retry rows step aside while waiting out their backoff (on_retry="skip"):
+        True = every queue's, False = none, or the tuple of those queues."""
+        skipping = tuple(q for q in self.queues if self.on_retry_for(q) == "skip")
+        if len(skipping) == len(self.queues):
+            return True
+        return skipping or False
 
     def handler(self, message_type: str) -> Callable[[Handler], Handler]:
         """Register ``handler(session, message)`` for ``message_type``."""
@@ -121,6 +148,31 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"Consumer({self.name!r}, queues={list(self.queues)!r})"
+
+
+def _check_policies(prefix: str, on_retry: Any, on_dead: Any) -> None:
+    if on_retry not in ("block", "skip") and not (prefix and on_retry is None):
+        raise ConfigError(f"{prefix}on_retry: must be 'block' or 'skip', got {on_retry!r}")
+    if on_dead not in ("continue", "halt") and not (prefix and on_dead is None):
+        raise ConfigError(f"{prefix}on_dead: must be 'continue' or 'halt', got {on_dead!r}")
+
+
+def _queue_policies(
+    given: Mapping[str, QueuePolicy | Mapping[str, str]], queues: Sequence[str]
+) -> dict[str, QueuePolicy]:
+    policies: dict[str, QueuePolicy] = {}
+    for queue, policy in given.items():
+        prefix = f"queue_policies[{queue!r}]."
+        if queue not in queues:
+            raise ConfigError(f"{prefix[:-1]}: not one of this consumer's queues {list(queues)}")
+        if not isinstance(policy, QueuePolicy):
+            unknown = set(policy) - {"on_retry", "on_dead"}
+            if unknown:
+                raise ConfigError(f"{prefix[:-1]}: unknown keys {sorted(unknown)}")
+            policy = QueuePolicy(policy.get("on_retry"), policy.get("on_dead"))  # type: ignore[arg-type]
+        _check_policies(prefix, policy.on_retry, policy.on_dead)
+        policies[queue] = policy
+    return policies
 
 
 def _name(label: str, value: Any) -> str:

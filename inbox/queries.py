@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
+from inbox.rules import StepAside
 from outbox import states
 
 # --- ingest ---------------------------------------------------------------------------------
@@ -122,14 +123,24 @@ def _ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnEleme
     )
 
 
-def _ordering_states(table: Table, now: datetime, skip_retry: bool) -> ColumnElement[bool]:
+def _ordering_states(table: Table, now: datetime, skip_retry: StepAside) -> ColumnElement[bool]:
     """Unfinished rows that keep their place in the group order. With on_retry="skip" a
-    retry row waiting out its backoff steps aside; once due it is back in line."""
+    retry row waiting out its backoff steps aside; once due it is back in line.
+    ``skip_retry``: True for every queue, False for none, or a tuple of queues (a queue's
+    own policy, ``Consumer(queue_policies=...)``)."""
     t = table.c
-    if skip_retry:
+    if skip_retry is True:
         return or_(
             t.state.in_((states.READY, states.WAITING)),
             and_(t.state == states.RETRY, t.available_at <= now),
+        )
+    if skip_retry:
+        return or_(
+            t.state.in_((states.READY, states.WAITING)),
+            and_(
+                t.state == states.RETRY,
+                or_(t.available_at <= now, t.queue.not_in(list(skip_retry))),
+            ),
         )
     return t.state.in_((states.READY, states.WAITING, states.RETRY))
 
@@ -143,7 +154,7 @@ def inbox_blocker(
     priority: int,
     seq: int,
     now: datetime,
-    skip_retry: bool,
+    skip_retry: StepAside,
     ordering: bool = True,
 ) -> Select[Any]:
     """One blocker of a row, if any: a processing (or halted) row of the same (consumer,
@@ -309,7 +320,7 @@ def finish_failed(
 
 
 def group_head(
-    table: Table, consumer: str, group: str, now: datetime, skip_retry: bool
+    table: Table, consumer: str, group: str, now: datetime, skip_retry: StepAside
 ) -> Select[Any]:
     """The smallest (priority, seq) among the group's rows in line."""
     t = table.c
@@ -330,7 +341,7 @@ def promote(table: Table, row_id: int) -> Update:
     return update(table).where(t.id == row_id, t.state == states.WAITING).values(state=states.READY)
 
 
-def waiting_heads(table: Table, consumer: str, now: datetime, skip_retry: bool) -> Select[Any]:
+def waiting_heads(table: Table, consumer: str, now: datetime, skip_retry: StepAside) -> Select[Any]:
     """Groups whose head is WAITING and nothing of the group is processing or halted.
 
     Seed 000's variant B made exact: the group's best priority is computed once in a derived

@@ -7,7 +7,7 @@ database and these functions agree on random groups.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -22,6 +22,8 @@ MYSQL_LOCK_PREFIX = "obx:"
 
 OnRetry = Literal["block", "skip"]
 OnDead = Literal["continue", "halt"]
+# Whose retry rows step aside during their backoff: all (True), none (False), these queues.
+StepAside = bool | tuple[str, ...]
 
 
 def _digest(consumer: str, group: str, size: int) -> bytes:
@@ -51,23 +53,29 @@ class Row:
     seq: int
     state: str
     available_at: datetime | None = None
+    queue: str = ""
 
     @property
     def order(self) -> tuple[int, int, int]:
         return (self.priority, self.seq, self.id)
 
 
-def in_line(row: Row, now: datetime, on_retry: OnRetry) -> bool:
+Policy = OnRetry | Mapping[str, OnRetry]
+
+
+def in_line(row: Row, now: datetime, on_retry: Policy) -> bool:
     """Does the row keep its place in the group order? A retry row waiting out its backoff
-    steps aside under on_retry="skip"."""
+    steps aside under on_retry="skip" (given for all queues, or per queue: ``{queue: ...}``,
+    a queue not named blocks)."""
     if row.state in (states.READY, states.WAITING):
         return True
     if row.state == states.RETRY:
-        return on_retry == "block" or (row.available_at is not None and row.available_at <= now)
+        policy = on_retry if isinstance(on_retry, str) else on_retry.get(row.queue, "block")
+        return policy == "block" or (row.available_at is not None and row.available_at <= now)
     return False
 
 
-def blocker(row: Row, group: Iterable[Row], now: datetime, on_retry: OnRetry) -> Row | None:
+def blocker(row: Row, group: Iterable[Row], now: datetime, on_retry: Policy) -> Row | None:
     """A row that must finish before ``row`` may start, or None.
 
     Exclusion: anything processing (or halted) in the group. Ordering: any row in line with a
@@ -84,7 +92,7 @@ def blocker(row: Row, group: Iterable[Row], now: datetime, on_retry: OnRetry) ->
     return None
 
 
-def head(group: Iterable[Row], now: datetime, on_retry: OnRetry) -> Row | None:
+def head(group: Iterable[Row], now: datetime, on_retry: Policy) -> Row | None:
     """The group's next message: the smallest (priority, seq) among the rows in line."""
     line = [r for r in group if in_line(r, now, on_retry)]
     return min(line, key=lambda r: r.order) if line else None

@@ -74,13 +74,15 @@ class Runner:
             return LOST, None
         handler = self.consumer.handler_for(row.type)
         if handler is None:
-            outcome = self._fail(claim, f"unknown message type {row.type!r}", permanent=True)
+            outcome = self._fail(
+                claim, f"unknown message type {row.type!r}", permanent=True, queue=row.queue
+            )
         elif claim.attempt > self.consumer.max_attempts:
             reason = (
                 f"the worker died while running it: attempt {claim.attempt} of "
                 f"{self.consumer.max_attempts}"
             )
-            outcome = self._fail(claim, reason, permanent=True)
+            outcome = self._fail(claim, reason, permanent=True, queue=row.queue)
         else:
             started = time.perf_counter()
             outcome = self._run_handler(claim, handler, _message(row, claim.attempt))
@@ -89,7 +91,7 @@ class Runner:
             )
         self._count(row, outcome)
         following = None
-        if claim.serial_group is not None and _frees_group(outcome, self.consumer):
+        if claim.serial_group is not None and _frees_group(outcome, self.consumer, row.queue):
             if take_next:
                 following = self.claimer.take_next(claim.serial_group)
             else:
@@ -131,7 +133,10 @@ class Runner:
                 except Exception as exc:
                     session.rollback()
                     return self._fail(
-                        claim, _describe(exc), permanent=self.consumer.is_permanent(exc)
+                        claim,
+                        _describe(exc),
+                        permanent=self.consumer.is_permanent(exc),
+                        queue=msg.queue,
                     )
         finally:
             stop.set()
@@ -153,12 +158,12 @@ class Runner:
             if renewed != 1:
                 return  # taken back: the finish will be refused by the token fence
 
-    def _fail(self, claim: Claim, error: str, *, permanent: bool) -> str:
+    def _fail(self, claim: Claim, error: str, *, permanent: bool, queue: str) -> str:
         failure = rules.after_failure(
             claim.attempt,
             permanent=permanent,
             max_attempts=self.consumer.max_attempts,
-            on_dead=self.consumer.on_dead,
+            on_dead=self.consumer.on_dead_for(queue),
             backoff=self.consumer.backoff,
         )
         now = self.clock()
@@ -181,10 +186,10 @@ class Runner:
         return failure.state if changed == 1 else LOST
 
 
-def _frees_group(outcome: str, consumer: Consumer) -> bool:
+def _frees_group(outcome: str, consumer: Consumer, queue: str) -> bool:
     if outcome == DONE or outcome == states.DEAD:
         return True
-    return outcome == states.RETRY and consumer.on_retry == "skip"
+    return outcome == states.RETRY and consumer.on_retry_for(queue) == "skip"
 
 
 def _describe(exc: BaseException) -> str:

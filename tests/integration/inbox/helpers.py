@@ -63,10 +63,17 @@ class Kit:
         raise AssertionError("drain did not finish")
 
 
-def make_kit(engine: Engine, name: str = "c1", *, job_queue: bool = True, **options: Any) -> Kit:
+def make_kit(
+    engine: Engine,
+    name: str = "c1",
+    *,
+    job_queue: bool = True,
+    queues: Sequence[str] = ("jobs",),
+    **options: Any,
+) -> Kit:
     clock = Clock()
     options.setdefault("backoff", Backoff(1.0, 1.0))
-    consumer = Consumer(name, queues=["jobs"], **options)
+    consumer = Consumer(name, queues=list(queues), **options)
     claimer = Claimer(consumer, engine, job_queue=job_queue, clock=clock)
     kit = Kit(
         engine,
@@ -97,7 +104,7 @@ def store_jobs(
             conn,
             [
                 Message(
-                    queue="jobs",
+                    queue=extra.get("queue", "jobs"),
                     type=extra.get("type", "job"),
                     payload={"mark": mark},
                     priority=priority,

@@ -27,9 +27,18 @@ STATES = [
 ]
 
 
-@pytest.mark.parametrize("on_retry", ["block", "skip"])
+@pytest.mark.parametrize("on_retry", ["block", "skip", "per-queue"])
 def test_blockers_and_heads_match_the_rules(engine: Engine, on_retry: str) -> None:
-    kit = make_kit(engine, job_queue=False, on_retry=on_retry)
+    # per-queue: "media" skips, "jobs" blocks; groups mix both queues
+    if on_retry == "per-queue":
+        kit = make_kit(
+            engine, job_queue=False, queues=("jobs", "media"),
+            queue_policies={"media": {"on_retry": "skip"}},
+        )  # fmt: skip
+        policy: rules.Policy = {"media": "skip"}
+    else:
+        kit = make_kit(engine, job_queue=False, on_retry=on_retry)
+        policy = on_retry  # type: ignore[assignment]
     now = kit.clock()
     rng = random.Random(4)
     groups = [f"g{i}" for i in range(12)]
@@ -42,7 +51,7 @@ def test_blockers_and_heads_match_the_rules(engine: Engine, on_retry: str) -> No
                 {
                     "event_id": uuid4(),
                     "consumer": "c1",
-                    "queue": "jobs",
+                    "queue": rng.choice(kit.consumer.queues),
                     "priority": rng.randint(1, 3),
                     "serial_group": group,
                     "seq": rng.randint(1, 5),  # ties on purpose: the id breaks them
@@ -60,30 +69,30 @@ def test_blockers_and_heads_match_the_rules(engine: Engine, on_retry: str) -> No
     by_group: dict[str, list[rules.Row]] = {}
     for r in stored:
         by_group.setdefault(r.serial_group, []).append(
-            rules.Row(r.id, r.priority, r.seq, r.state, r.available_at)
+            rules.Row(r.id, r.priority, r.seq, r.state, r.available_at, r.queue)
         )
     checked = 0
     with engine.connect() as conn:
         for group, members in by_group.items():
             for row in members:
-                expected = rules.blocker(row, members, now, on_retry) is not None  # type: ignore[arg-type]
+                expected = rules.blocker(row, members, now, policy) is not None
                 candidate = Candidate(row.id, group, row.priority, row.seq, row.state)
                 assert kit.claimer.blocked(conn, candidate, now) == expected, (group, row)
                 checked += 1
-            head = rules.head(members, now, on_retry)  # type: ignore[arg-type]
+            head = rules.head(members, now, policy)
             found = conn.execute(
-                queries.group_head(inbox_table, "c1", group, now, on_retry == "skip")
+                queries.group_head(inbox_table, "c1", group, now, kit.claimer.skip_retry)
             ).first()
             assert (found.id if found else None) == (head.id if head else None), group
         # The derived-table pass finds exactly the groups whose head waits with nothing busy
         expected_heads = set()
         for members in by_group.values():
-            head = rules.head(members, now, on_retry)  # type: ignore[arg-type]
+            head = rules.head(members, now, policy)
             busy = any(m.state in (states.PROCESSING, states.HALTED) for m in members)
             if head is not None and head.state == states.WAITING and not busy:
                 expected_heads.add(head.id)
         found_heads = conn.execute(
-            queries.waiting_heads(inbox_table, "c1", now, on_retry == "skip")
+            queries.waiting_heads(inbox_table, "c1", now, kit.claimer.skip_retry)
         ).all()
     assert {h.id for h in found_heads} == expected_heads
     assert checked == len(stored)

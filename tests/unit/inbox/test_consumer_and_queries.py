@@ -162,3 +162,32 @@ def test_source_from_url_picks_the_database_by_default() -> None:
     )
     with pytest.raises(ConfigError, match="not a broker URL"):
         source_from_url("redis://x", engine=engine, queues=["q"], priorities=[1], consumer_name="c")
+
+
+@pytest.mark.parametrize(
+    ("policies", "field"),
+    [
+        ({"other": {"on_retry": "skip"}}, "queue_policies['other']"),
+        ({"jobs": {"on_retry": "later"}}, "queue_policies['jobs'].on_retry"),
+        ({"jobs": {"on_dead": "stop"}}, "queue_policies['jobs'].on_dead"),
+        ({"jobs": {"retries": 3}}, "queue_policies['jobs']"),
+    ],
+)
+def test_bad_queue_policies_fail_naming_the_field(policies: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Consumer("c", queues=["jobs"], queue_policies=policies)
+    assert str(raised.value).startswith(field)
+
+
+def test_queue_policies_override_the_consumer_defaults() -> None:
+    consumer = Consumer(
+        "c",
+        queues=["jobs", "media", "pay"],
+        on_retry="block",
+        queue_policies={"media": {"on_retry": "skip"}, "pay": {"on_dead": "halt"}},
+    )
+    assert consumer.on_retry_for("media") == "skip" and consumer.on_retry_for("jobs") == "block"
+    assert consumer.on_dead_for("pay") == "halt" and consumer.on_dead_for("media") == "continue"
+    assert consumer.step_aside == ("media",)
+    assert Consumer("c", queues=["jobs"], on_retry="skip").step_aside is True
+    assert Consumer("c", queues=["jobs"]).step_aside is False

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from inbox.cli_ops import commands as ops_commands
 from inbox.consumer import Consumer
 from outbox import dsn as dsn_mod
 from outbox.cli_support import DSN_HELP
@@ -189,4 +190,6 @@ def unblock(group: str, consumer: str, dsn: str) -> None:
         click.echo(f"group {group!r} of consumer {consumer!r} was not halted")
 
 
+for _command in ops_commands:  # failed, retry, prune, groups
+    inbox_group.add_command(_command)
 commands.extend([worker, inbox_group])

@@ -1,0 +1,288 @@
+"""What ``outbox inbox failed | retry | prune`` do, without click.
+
+Each function takes an engine, the config (table names) and ``now``; ``inbox.cli_ops`` only
+parses options and prints. All SQL comes from ``inbox.ops.queries``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Table
+
+from inbox import queries as core_queries
+from inbox.claims import Claimer
+from inbox.consumer import Consumer
+from inbox.ingest import wake_payload
+from inbox.ops import queries as q
+from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.schema import schema_for
+
+log = logging.getLogger("inbox.ops")
+
+# Ids per UPDATE/DELETE ... WHERE id IN (...): far under every driver's parameter limit.
+ID_CHUNK = 1000
+MAX_PRUNE_BATCH = 20000  # SQLite allows 32766 bound parameters per statement
+# Rows per audit record: each keeps its row's last_error (up to AUDIT_ERROR_CHARS), so a
+# record stays well under MariaDB's max_allowed_packet (16 MiB by default).
+AUDIT_CHUNK = 200
+AUDIT_ERROR_CHARS = 4000
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if value is None or isinstance(value, (str, int, float, bool, dict, list)):
+        return value
+    return str(value)  # UUIDs
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+# ---- failed --------------------------------------------------------------------------------
+
+
+def list_failed(
+    engine: Engine,
+    *,
+    config: OutboxConfig = DEFAULT_CONFIG,
+    consumer: str | None = None,
+    type_: str | None = None,
+    group: str | None = None,
+    error_like: str | None = None,
+    since: datetime | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Dead rows (``failed`` and ``halted``), oldest id first."""
+    stmt = q.list_dead(
+        schema_for(config).inbox, consumer=consumer, type_=type_, group=group,
+        error_like=error_like, since=since, limit=limit,
+    )  # fmt: skip
+    with engine.connect() as conn:
+        return [{k: _jsonable(v) for k, v in row._mapping.items()} for row in conn.execute(stmt)]
+
+
+def show(
+    engine: Engine, row_id: int, *, config: OutboxConfig = DEFAULT_CONFIG
+) -> dict[str, Any] | None:
+    """One inbox row whatever its state, payload and headers decoded."""
+    with engine.connect() as conn:
+        row = conn.execute(q.show_row(schema_for(config).inbox, row_id)).first()
+    if row is None:
+        return None
+    return {k: _jsonable(v) for k, v in row._mapping.items()}
+
+
+# ---- retry ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    consumer: str
+    group: str
+    row_id: int  # the halted row
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    ids: list[int]  # retried (with dry_run: that would be)
+    not_retried: list[int]  # asked for by --id but not dead (missing, or outside the filters)
+    # Groups halted by a row of ``ids``: retrying the row released them, in order.
+    released: list[GroupRef]
+    # Groups of retried rows still halted by another row: the retried rows wait behind it.
+    still_halted: list[GroupRef]
+    dry_run: bool
+    promoted: int = 0  # released groups whose head was made ready at once
+    notes: list[str] = field(default_factory=list)
+
+
+def retry(
+    engine: Engine,
+    *,
+    now: datetime,
+    reason: str,
+    actor: str,
+    config: OutboxConfig = DEFAULT_CONFIG,
+    ids: Sequence[int] | None = None,
+    consumer: str | None = None,
+    type_: str | None = None,
+    group: str | None = None,
+    dry_run: bool = False,
+    progress: Callable[[int], None] = lambda _n: None,
+) -> RetryResult:
+    """Dead (``failed`` or ``halted``) rows back to ``ready``, in one transaction with their
+    audit records.
+
+    ``ids=None``: every dead row matching the filters. The rows are locked while read (SELECT
+    ... FOR UPDATE; on SQLite the write lock is taken at BEGIN IMMEDIATE), and each UPDATE is
+    conditional on the state read, so the audit names exactly the rows this call changed.
+    A retried row goes back in line by its (priority, seq): claims re-check every blocker, so
+    no group lock is needed here (the retry never starts a row). A halted row retried
+    releases its group with the row in its place: it runs before the messages it held back.
+    """
+    if not reason.strip():
+        raise ValueError("reason: must not be empty")
+    schema = schema_for(config)
+    wanted = sorted(set(ids)) if ids is not None else None
+    with engine.begin() as conn:
+        found: list[Any] = []
+        for chunk in _chunks(wanted, ID_CHUNK) if wanted is not None else [None]:
+            stmt = q.dead_rows(schema.inbox, ids=chunk, consumer=consumer, type_=type_, group=group)
+            if not dry_run and conn.dialect.name != "sqlite":
+                stmt = stmt.with_for_update()
+            found.extend(conn.execute(stmt).all())
+        found_ids = [int(r.id) for r in found]
+        not_retried = sorted(set(wanted) - set(found_ids)) if wanted is not None else []
+        released, still_halted = _halted_groups(conn, schema.inbox, found, consumer)
+        if dry_run or not found:
+            return RetryResult(found_ids, not_retried, released, still_halted, dry_run)
+        for state in q.DEAD_STATES:
+            of_state = [int(r.id) for r in found if r.state == state]
+            for chunk in _chunks(of_state, ID_CHUNK):
+                conn.execute(q.retry_rows(schema.inbox, chunk, state, now))
+                progress(len(chunk))
+        for chunk in _chunks(found, AUDIT_CHUNK):
+            conn.execute(schema.audit.insert().values(**_audit(chunk, now, actor, reason)))
+        if conn.dialect.name == "postgresql":  # wake the workers at commit
+            for name in sorted({str(r.consumer) for r in found}):
+                stub = Consumer(name, queues=["retry"], config=config)
+                conn.execute(core_queries.notify(config.notify_channel, wake_payload(stub)))
+    promoted, notes = _promote(engine, config, released)
+    return RetryResult(
+        found_ids, not_retried, released, still_halted, dry_run, promoted=promoted, notes=notes
+    )
+
+
+def _audit(rows: Sequence[Any], now: datetime, actor: str, reason: str) -> dict[str, Any]:
+    """One audit record: target ``inbox``; ``row_ids`` lists, per row, what the retry erased
+    or will overwrite: its state, attempts and last_error."""
+    detail = [
+        {
+            "id": int(r.id),
+            "state": r.state,
+            "attempts": int(r.attempts),
+            "last_error": (r.last_error or "")[-AUDIT_ERROR_CHARS:] or None,
+        }
+        for r in rows
+    ]
+    return {
+        "at": now, "actor": actor, "action": "retry", "target": "inbox", "reason": reason,
+        "row_count": len(rows), "row_ids": json.dumps(detail),
+    }  # fmt: skip
+
+
+def _halted_groups(
+    conn: Connection, table: Table, found: Sequence[Any], consumer: str | None
+) -> tuple[list[GroupRef], list[GroupRef]]:
+    """Which groups of ``found`` this retry releases, and which stay halted by another row."""
+    chosen = {int(r.id) for r in found}
+    halted = {
+        (str(h.consumer), str(h.serial_group)): int(h.id)
+        for h in conn.execute(q.halted_rows(table, consumer))
+        if h.serial_group is not None
+    }
+    released: list[GroupRef] = []
+    still: list[GroupRef] = []
+    seen: set[tuple[str, str]] = set()
+    for r in found:
+        if r.serial_group is None:
+            continue
+        key = (str(r.consumer), str(r.serial_group))
+        holder = halted.get(key)
+        if holder is None or key in seen:
+            continue
+        seen.add(key)
+        (released if holder in chosen else still).append(GroupRef(key[0], key[1], holder))
+    return released, still
+
+
+def _promote(
+    engine: Engine, config: OutboxConfig, released: Sequence[GroupRef]
+) -> tuple[int, list[str]]:
+    """After the commit: make each released group's head ready now (if a more urgent message
+    arrived while it was halted, that one is the head). Best effort: the workers' periodic
+    head-of-group pass does the same within seconds."""
+    promoted = 0
+    notes: list[str] = []
+    for ref in released:
+        stub = Consumer(ref.consumer, queues=["retry"], config=config)
+        try:
+            if Claimer(stub, engine, job_queue=False).promote_group(ref.group):
+                promoted += 1
+        except Exception as exc:  # committed already: say so, never undo the retry
+            log.warning("group %r not promoted: %s", ref.group, exc)
+            notes.append(f"group {ref.group!r}: head not promoted now ({exc}); workers will")
+    return promoted, notes
+
+
+# ---- prune ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    deleted: int
+    batches: int
+    seconds: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.deleted / self.seconds if self.seconds > 0 else 0.0
+
+
+def count_prunable(
+    engine: Engine,
+    before: datetime,
+    *,
+    consumer: str | None = None,
+    config: OutboxConfig = DEFAULT_CONFIG,
+) -> int:
+    with engine.connect() as conn:
+        stmt = q.count_prunable(schema_for(config).inbox, before, consumer)
+        return int(conn.execute(stmt).scalar_one())
+
+
+def prune(
+    engine: Engine,
+    before: datetime,
+    *,
+    consumer: str | None = None,
+    batch: int = 10000,
+    config: OutboxConfig = DEFAULT_CONFIG,
+    progress: Callable[[int], None] = lambda _n: None,
+    max_batches: int | None = None,
+) -> PruneResult:
+    """Delete ``done`` rows finished before ``before``, ``batch`` rows per short transaction.
+
+    Never failed, halted or unfinished rows: the delete re-checks ``state = 'done'``.
+    """
+    if not 1 <= batch <= MAX_PRUNE_BATCH:
+        raise ValueError(f"batch: must be between 1 and {MAX_PRUNE_BATCH}, got {batch}")
+    table = schema_for(config).inbox
+    started = time.perf_counter()
+    deleted = batches = 0
+    while max_batches is None or batches < max_batches:
+        with engine.begin() as conn:
+            ids = [
+                int(i)
+                for i in conn.execute(q.prune_batch_ids(table, before, consumer, batch)).scalars()
+            ]
+            if not ids:
+                break
+            n = sum(
+                conn.execute(q.prune_delete(table, chunk, before)).rowcount
+                for chunk in _chunks(ids, ID_CHUNK)
+            )
+        deleted += n
+        batches += 1
+        progress(n)
+        if len(ids) < batch:
+            break
+    return PruneResult(deleted, batches, time.perf_counter() - started)

@@ -1,0 +1,248 @@
+"""Every SQL statement of ``outbox inbox failed | retry | prune | groups``, one per function.
+
+SQLAlchemy Core with bound parameters only: consumer, group, type and error text are always
+parameters, table objects come from ``outbox.schema_for``. ``now`` is always passed in.
+Each statement filters on ``state`` first so it reads through an index that has it
+(``ix_inbox_claim (consumer, state, ...)``, ``ix_inbox_group (consumer, serial_group, state,
+priority, seq)``, ``ix_inbox_finished (state, finished_at)``), never through the done history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Delete, Select, Table, Update, case, delete, func, select
+from sqlalchemy import update as sql_update
+
+from outbox import states
+
+# Dead rows: ``failed`` and ``halted`` (dead under on_dead="halt", holding its group).
+DEAD_STATES = (states.DEAD, states.HALTED)
+IN_LINE_STATES = (states.READY, states.WAITING, states.RETRY)
+# A group is listed by ``groups`` when one of its rows is in one of these states.
+STUCK_STATES = (states.WAITING, states.HALTED, states.RETRY)
+
+
+# ---- failed --------------------------------------------------------------------------------
+
+
+def _dead_filter(
+    t: Table,
+    *,
+    consumer: str | None = None,
+    type_: str | None = None,
+    group: str | None = None,
+    error_like: str | None = None,
+    since: datetime | None = None,
+    ids: Sequence[int] | None = None,
+) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [t.c.state.in_(DEAD_STATES)]
+    if consumer is not None:
+        conditions.append(t.c.consumer == consumer)
+    if type_ is not None:
+        conditions.append(t.c.type == type_)
+    if group is not None:
+        conditions.append(t.c.serial_group == group)
+    if error_like is not None:
+        # A plain substring: the operator types text, not a LIKE pattern.
+        conditions.append(t.c.last_error.contains(error_like, autoescape=True))
+    if since is not None:
+        conditions.append(t.c.finished_at >= since)  # when it died
+    if ids is not None:
+        conditions.append(t.c.id.in_(list(ids)))
+    return conditions
+
+
+def list_dead(
+    t: Table,
+    *,
+    consumer: str | None,
+    type_: str | None,
+    group: str | None,
+    error_like: str | None,
+    since: datetime | None,
+    limit: int,
+) -> Select[Any]:
+    c = t.c
+    return (
+        select(
+            c.id,
+            c.consumer,
+            c.serial_group,
+            c.queue,
+            c.priority,
+            c.type,
+            c.state,
+            c.attempts,
+            c.event_id,
+            c.received_at,
+            c.finished_at,
+            c.last_error,
+        )
+        .where(
+            *_dead_filter(
+                t, consumer=consumer, type_=type_, group=group, error_like=error_like, since=since
+            )
+        )
+        .order_by(c.id)
+        .limit(limit)
+    )
+
+
+def show_row(t: Table, row_id: int) -> Select[Any]:
+    c = t.c
+    return select(
+        c.id, c.event_id, c.consumer, c.serial_group, c.queue, c.priority, c.seq, c.type,
+        c.state, c.attempts, c.duplicates, c.payload, c.headers, c.last_error, c.occurred_at,
+        c.received_at, c.available_at, c.claimed_at, c.lease_until, c.finished_at,
+    ).where(c.id == row_id)  # fmt: skip
+
+
+# ---- retry ---------------------------------------------------------------------------------
+
+
+def dead_rows(
+    t: Table,
+    *,
+    ids: Sequence[int] | None,
+    consumer: str | None,
+    type_: str | None,
+    group: str | None,
+) -> Select[Any]:
+    """The dead rows a retry would touch, in id order, with what the audit keeps of them."""
+    c = t.c
+    return (
+        select(c.id, c.consumer, c.serial_group, c.state, c.attempts, c.last_error)
+        .where(*_dead_filter(t, ids=ids, consumer=consumer, type_=type_, group=group))
+        .order_by(c.id)
+    )
+
+
+def halted_rows(t: Table, consumer: str | None) -> Select[Any]:
+    """Every halted row (one per halted group at most: a halted row holds its group)."""
+    c = t.c
+    stmt = select(c.id, c.consumer, c.serial_group).where(c.state == states.HALTED)
+    return stmt.where(c.consumer == consumer) if consumer is not None else stmt
+
+
+def retry_rows(t: Table, ids: Sequence[int], state: str, now: datetime) -> Update:
+    """Back in line as ``ready``: attempts reset, due now, no claim, not finished.
+
+    Conditional on the state the rows were read in: a row someone else changed meanwhile
+    (another operator's retry, an ``unblock``) is left as that change made it. ``last_error``
+    stays until the next run replaces it; the audit record keeps it for good.
+    """
+    c = t.c
+    return (
+        sql_update(t)
+        .where(c.id.in_(list(ids)), c.state == state)
+        .values(
+            state=states.READY,
+            attempts=0,
+            available_at=now,
+            claim_token=None,
+            claimed_at=None,
+            lease_until=None,
+            finished_at=None,
+        )
+    )
+
+
+# ---- prune ---------------------------------------------------------------------------------
+
+
+def _prunable(t: Table, before: datetime, consumer: str | None) -> list[ColumnElement[bool]]:
+    conditions = [t.c.state == states.DONE, t.c.finished_at < before]
+    if consumer is not None:
+        conditions.append(t.c.consumer == consumer)
+    return conditions
+
+
+def count_prunable(t: Table, before: datetime, consumer: str | None) -> Select[Any]:
+    return select(func.count()).where(*_prunable(t, before, consumer))
+
+
+def prune_batch_ids(t: Table, before: datetime, consumer: str | None, batch: int) -> Select[Any]:
+    """Up to ``batch`` ids of done rows finished before ``before``.
+
+    Ids first, then ``DELETE ... WHERE id IN``: portable (no MySQL-only ``DELETE ... LIMIT``;
+    MySQL refuses a subquery on the table it deletes from). No ORDER BY: sorting the whole
+    backlog to take its first rows would make every batch cost all of it.
+    """
+    return select(t.c.id).where(*_prunable(t, before, consumer)).limit(batch)
+
+
+def prune_delete(t: Table, ids: Sequence[int], before: datetime) -> Delete:
+    # Re-check state and age: a delete that trusts a list read earlier must never take a
+    # failed, halted or unfinished row with it.
+    return delete(t).where(
+        t.c.id.in_(list(ids)), t.c.state == states.DONE, t.c.finished_at < before
+    )
+
+
+# ---- groups --------------------------------------------------------------------------------
+
+
+def _count_state(t: Table, state: str) -> Any:
+    return func.sum(case((t.c.state == state, 1), else_=0))
+
+
+def stuck_groups(t: Table, consumer: str | None, limit: int) -> Select[Any]:
+    """Groups with a waiting, halted or retry row, longest-held first, with their counts.
+
+    Reads only rows in those states (``ix_inbox_claim`` with a consumer, ``ix_inbox_finished``
+    without): its cost follows the unfinished rows, not the history.
+    """
+    c = t.c
+    stmt = select(
+        c.consumer,
+        c.serial_group,
+        _count_state(t, states.WAITING).label("waiting"),
+        _count_state(t, states.HALTED).label("halted"),
+        _count_state(t, states.RETRY).label("retrying"),
+        func.min(c.received_at).label("since"),
+    ).where(c.state.in_(STUCK_STATES), c.serial_group.is_not(None))
+    if consumer is not None:
+        stmt = stmt.where(c.consumer == consumer)
+    return (
+        stmt.group_by(c.consumer, c.serial_group)
+        .order_by(func.min(c.received_at), c.consumer, c.serial_group)
+        .limit(limit)
+    )
+
+
+def _row_columns(t: Table) -> tuple[Any, ...]:
+    c = t.c
+    return (
+        c.id, c.type, c.priority, c.seq, c.state, c.queue, c.claimed_at, c.lease_until,
+        c.available_at, c.finished_at,
+    )  # fmt: skip
+
+
+def group_holder(t: Table, consumer: str, group: str) -> Select[Any]:
+    """The group's halted or processing row(s): what excludes everyone else."""
+    c = t.c
+    return (
+        select(*_row_columns(t))
+        .where(
+            c.consumer == consumer,
+            c.serial_group == group,
+            c.state.in_((states.HALTED, states.PROCESSING)),
+        )
+        .order_by(c.id)
+        .limit(2)
+    )
+
+
+def group_first_in_line(t: Table, consumer: str, group: str) -> Select[Any]:
+    """The smallest (priority, seq, id) among the group's ready, waiting and retry rows (the
+    head under on_retry="block", the default)."""
+    c = t.c
+    return (
+        select(*_row_columns(t))
+        .where(c.consumer == consumer, c.serial_group == group, c.state.in_(IN_LINE_STATES))
+        .order_by(c.priority, c.seq, c.id)
+        .limit(1)
+    )

@@ -86,7 +86,7 @@ QUERIES: list[tuple[str, str, Callable[[], Any]]] = [
     (
         "Worker: claim candidates (ready rows of a consumer, most urgent first)",
         "ix_inbox_claim (consumer, state, priority, seq): an index range already in order.",
-        lambda: inbox_q.candidates(S.inbox, "consumer1", NOW, 20)[0],
+        lambda: inbox_q.candidates(S.inbox, "consumer1", NOW, 20),
     ),
     (
         "Gauges: pending count and oldest due pending age per queue/priority, failed count",

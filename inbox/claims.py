@@ -78,6 +78,15 @@ class Claimer:
             job_queue = inspect(engine).has_table(self.outbox.name)
         self.job_queue = job_queue
         self.family = engine.dialect.name if engine.dialect.name != "mariadb" else "mysql"
+        # PostgreSQL: single statements that need no transaction run in autocommit, which
+        # spares the BEGIN, COMMIT and pool-reset round trips (psycopg switches client-side).
+        # PyMySQL would pay a SET AUTOCOMMIT round trip each way; SQLite keeps its write lock.
+        self._reader = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.family == "postgresql"
+            else engine
+        )
+        self._returning = self.family in ("postgresql", "sqlite")
         self.on_promoted: Callable[[], None] | None = None
 
     @property
@@ -101,18 +110,19 @@ class Claimer:
         return None
 
     def candidates(self, limit: int) -> list[Any]:
-        now = self.clock()
-        rows: list[Any] = []
-        with self.engine.connect() as conn:
-            for statement in queries.candidates(self.inbox, self.consumer.name, now, limit):
-                rows.extend(conn.execute(statement).all())
-        rows.sort(key=lambda r: (r.priority, r.seq, r.id))
-        return rows[:limit]
+        statement = queries.candidates(self.inbox, self.consumer.name, self.clock(), limit)
+        with self._reader.connect() as conn:
+            return list(conn.execute(statement).all())
 
     def try_claim(self, candidate: Candidate, lock_timeout: float | None = None) -> Claim | None:
         """Claim one candidate. ``lock_timeout`` 0 (what ``claim_next`` uses): if another
         worker holds the group lock right now, give up at once and try another candidate."""
         group = candidate.serial_group
+        resumed = candidate.state == states.PROCESSING
+        if group is None and self.family == "postgresql":
+            # No lock and no check: the conditional UPDATE ... RETURNING alone decides.
+            with self._reader.connect() as conn:
+                return self._claim(conn, candidate, None, self.clock(), resumed=resumed)
         timeout = self.consumer.group_lock_timeout if lock_timeout is None else lock_timeout
         with group_transaction(self.engine, self.consumer.name, group, timeout) as conn:
             if conn is None:
@@ -122,7 +132,6 @@ class Claimer:
             # continuation, so only exclusion applies to it, not ordering. The claim below
             # then requires that state still, so a row that changed meanwhile is not started
             # without the ordering check.
-            resumed = candidate.state == states.PROCESSING
             if group is not None and self.blocked(conn, candidate, now, ordering=not resumed):
                 conn.execute(queries.mark_waiting(self.inbox, candidate.id, now))
                 return None
@@ -140,12 +149,18 @@ class Claimer:
         """The conditional claim: ours only if it changed exactly one row."""
         token = uuid4()
         lease = now + timedelta(seconds=self.consumer.visibility_timeout)
-        result = conn.execute(
-            queries.claim(self.inbox, candidate.id, token, now, lease, resumed=resumed)
+        statement = queries.claim(
+            self.inbox, candidate.id, token, now, lease, resumed=resumed, returning=self._returning
         )
-        if result.rowcount != 1:
-            return None  # someone else claimed or finished it first
-        row = conn.execute(queries.load(self.inbox, candidate.id)).one()
+        result = conn.execute(statement)
+        if self._returning:
+            row = result.first()
+            if row is None:
+                return None  # someone else claimed or finished it first
+        else:
+            if result.rowcount != 1:
+                return None
+            row = conn.execute(queries.load(self.inbox, candidate.id)).one()
         return Claim(candidate.id, token, group, int(row.attempts), row)
 
     def blocked(

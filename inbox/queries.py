@@ -24,6 +24,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
@@ -89,13 +90,14 @@ def claimable(table: Table, now: datetime, *, resumed: bool = False) -> ColumnEl
     )
 
 
-def candidates(table: Table, consumer: str, now: datetime, limit: int) -> list[Select[Any]]:
+def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select[Any]:
     """Rows to try to claim, most urgent first: ready rows, due retries, expired claims.
 
-    One statement per state so each reads ``ix_inbox_claim (consumer, state, priority, seq)``
-    in order and stops after ``limit`` rows (a single OR over the states sorts every match).
-    The caller merges them by (priority, seq). WAITING rows are not candidates: they come
-    back as READY through the head-of-group pass when they become their group's head.
+    One ``ORDER BY ... LIMIT`` branch per state so each reads ``ix_inbox_claim (consumer,
+    state, priority, seq)`` in order and stops after ``limit`` rows (a single OR over the
+    states sorts every match), merged by (priority, seq) in one statement: one round trip.
+    WAITING rows are not candidates: they come back as READY through the head-of-group pass
+    when they become their group's head.
     """
     t = table.c
     columns = (t.id, t.serial_group, t.priority, t.seq, t.state)
@@ -104,13 +106,17 @@ def candidates(table: Table, consumer: str, now: datetime, limit: int) -> list[S
         and_(t.state == states.RETRY, t.available_at <= now),
         and_(t.state == states.PROCESSING, t.lease_until < now),
     )
-    return [
+    branches = [
         select(*columns)
         .where(t.consumer == consumer, condition)
         .order_by(t.priority, t.seq)
         .limit(limit)
-        for condition in conditions
+        .subquery(f"by_state_{index}")
+        for index, condition in enumerate(conditions)
     ]
+    merged = union_all(*(select(branch) for branch in branches)).subquery("candidates")
+    m = merged.c
+    return select(merged).order_by(m.priority, m.seq, m.id).limit(limit)
 
 
 def _ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnElement[bool]:
@@ -223,11 +229,13 @@ def claim(
     lease_until: datetime,
     *,
     resumed: bool = False,
+    returning: bool = False,
 ) -> Update:
     """The conditional claim: succeeds for exactly one worker (rowcount 1), and only while the
-    row is still in the state the claimer's checks were made for (see ``claimable``)."""
+    row is still in the state the claimer's checks were made for (see ``claimable``).
+    ``returning`` (PostgreSQL, SQLite): the claimed row comes back in the same round trip."""
     t = table.c
-    return (
+    stmt = (
         update(table)
         .where(t.id == row_id, claimable(table, now, resumed=resumed))
         .values(
@@ -238,6 +246,7 @@ def claim(
             attempts=t.attempts + 1,
         )
     )
+    return stmt.returning(*_loaded(table)) if returning else stmt
 
 
 def mark_waiting(table: Table, row_id: int, now: datetime) -> Update:
@@ -252,9 +261,10 @@ def mark_waiting(table: Table, row_id: int, now: datetime) -> Update:
     )
 
 
-def load(table: Table, row_id: int) -> Select[Any]:
+def _loaded(table: Table) -> tuple[Any, ...]:
+    """What a runner needs of a claimed row."""
     t = table.c
-    return select(
+    return (
         t.id,
         t.event_id,
         t.type,
@@ -267,7 +277,11 @@ def load(table: Table, row_id: int) -> Select[Any]:
         t.seq,
         t.occurred_at,
         t.claim_token,
-    ).where(t.id == row_id)
+    )
+
+
+def load(table: Table, row_id: int) -> Select[Any]:
+    return select(*_loaded(table)).where(table.c.id == row_id)
 
 
 # --- while and after the handler runs -------------------------------------------------------

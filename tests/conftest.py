@@ -46,7 +46,9 @@ def db_url(db_factory: DatabaseFactory) -> Iterator[URL]:
 
 @pytest.fixture
 def engine(db_url: URL) -> Iterator[Engine]:
-    eng = make_engine(db_url)
+    # Full pre-ping: the test's own polling must survive the connection kills it provokes
+    # (the product's engines ping only idle connections and retry the rest themselves).
+    eng = make_engine(db_url, pool_pre_ping=True)
     yield eng
     eng.dispose()
 

@@ -76,7 +76,7 @@ def _statements() -> list[Any]:
     ]
     t = inbox_table
     return [
-        *queries.candidates(t, "c", NOW, 10),
+        queries.candidates(t, "c", NOW, 10),
         queries.inbox_blocker(
             t, consumer="c", group="g", row_id=1, priority=1, seq=1, now=NOW, skip_retry=True
         ),

@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+BROKER ?=
 
 .PHONY: install demo test test-unit lint format bench services clean
 
@@ -15,6 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# `make demo BROKER=amqp://guest:guest@127.0.0.1:5672/` (or kafka://host:9092) runs the jobs
+# through a relay and that broker; the URL goes by the environment, so make never echoes it.
+demo: export OUTBOX_DEMO_BROKER = $(BROKER)
 demo: install
 	$(BIN)/outbox demo --dsn sqlite:///outbox-demo.db
 
@@ -41,4 +45,4 @@ bench: install services
 	$(BIN)/python bench/store.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache outbox-demo.db
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache outbox-demo.db*

@@ -68,16 +68,25 @@ def migrate(dsn: str, print_sql: bool, outbox_table: str, inbox_table: str) -> N
 @click.option(
     "--keep", is_flag=True, help="Keep an existing SQLite demo file instead of starting fresh."
 )
-def demo(dsn: str, keep: bool) -> None:
+@click.option(
+    "--broker",
+    envvar="OUTBOX_DEMO_BROKER",
+    show_envvar=True,
+    default="",
+    help="amqp://... or kafka://...: run the jobs through `outbox relay` and this broker "
+    "(on a queue of the run's own, deleted at the end). Default: no broker.",
+)
+def demo(dsn: str, keep: bool, broker: str) -> None:
     """Run the pipeline once, explaining each step: store scenario S1's jobs next to an order
     row in one transaction, run two worker processes on them, print the order and the stats.
 
     The default is the embedded setup: a SQLite file, the database as the source, no services.
+    With --broker a relay process publishes the jobs and the workers receive them from it.
     """
     from outbox.demo import run_demo
 
     try:
-        run_demo(dsn, echo=click.echo, fresh=not keep)
+        run_demo(dsn, echo=click.echo, fresh=not keep, broker=broker or None)
     except OutboxError as exc:
         fail(str(exc))
 

@@ -2,13 +2,15 @@
 
 Stores an order row and the seven jobs of scenario S1 in one transaction, shows what the
 outbox holds, runs two worker processes that take the jobs straight from the database
-(no broker), prints the order they ran in and ``outbox stats``.
+(no broker), prints the order they ran in and ``outbox stats``. With ``--broker`` the jobs
+go through an ``outbox relay`` process and RabbitMQ or Kafka instead (outbox.demo_broker).
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -33,18 +35,48 @@ orders = Table(
 S1_JOBS = [("a", 1), ("b", 1), ("c", 2), ("d", 1), ("e", 1), ("f", 2), ("g", 1)]
 
 
-def run_demo(dsn: str, echo: Callable[[str], None] = print, fresh: bool = True) -> None:
+class _Steps:
+    """Numbers the demo's one-line explanations: 1., 2., ... in the order they happen."""
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo = echo
+        self.count = 0
+
+    def __call__(self, text: str) -> None:
+        self.count += 1
+        self.echo(f"{self.count}. {text}")
+
+
+def run_demo(
+    dsn: str,
+    echo: Callable[[str], None] = print,
+    fresh: bool = True,
+    broker: str | None = None,
+) -> None:
+    """Store S1's jobs with an order row, run them, print the order and the stats.
+
+    Without ``broker`` the workers take the jobs from the database; with an ``amqp://`` or
+    ``kafka://`` URL an ``outbox relay`` process publishes them and the workers receive them
+    from the broker, on a queue of this run's own (``transcribe-<random>``).
+    """
+    step = _Steps(echo)
     url = dsn_mod.normalize(dsn)
     if fresh and url.get_backend_name() == "sqlite" and url.database:
         # A demo starts from nothing, so its output is the same every time.
         for suffix in ("", "-wal", "-shm"):
             Path(url.database + suffix).unlink(missing_ok=True)
     engine = dsn_mod.make_engine(url)
-    echo(f"1. database: {engine.url.render_as_string(hide_password=True)}")
+    step(f"database: {engine.url.render_as_string(hide_password=True)}")
     migrate.upgrade(engine)
     _demo_metadata.create_all(engine)
-    echo("2. schema migrated; demo_orders is the application's own table")
+    step("schema migrated; demo_orders is the application's own table")
+    if broker:
+        from outbox.demo_broker import check
 
+        check(broker, step)
+
+    run = uuid.uuid4().hex[:8]
+    queue, consumer = (f"transcribe-{run}", f"demo-{run}") if broker else ("transcribe", "demo")
     with engine.begin() as conn:
         order_id = conn.execute(
             orders.insert().values(customer="ACME", total=Decimal("120.50")).returning(orders.c.id)
@@ -53,7 +85,7 @@ def run_demo(dsn: str, echo: Callable[[str], None] = print, fresh: bool = True) 
             conn,
             [
                 Message(
-                    queue="transcribe",
+                    queue=queue,
                     type="transcribe.recording",
                     payload={"mark": mark, "order_id": order_id},
                     priority=priority,
@@ -62,7 +94,7 @@ def run_demo(dsn: str, echo: Callable[[str], None] = print, fresh: bool = True) 
                 for mark, priority in S1_JOBS
             ],
         )
-    echo(f"3. one transaction stored order #{order_id} and 7 jobs of group transcribe/rec-1")
+    step(f"one transaction stored order #{order_id} and 7 jobs of group {queue}/rec-1")
 
     with engine.connect() as conn:
         rows = conn.execute(
@@ -72,38 +104,49 @@ def run_demo(dsn: str, echo: Callable[[str], None] = print, fresh: bool = True) 
                 outbox_table.c.payload,
                 outbox_table.c.status,
             )
+            .where(outbox_table.c.queue == queue)
             .where(outbox_table.c.payload["order_id"].as_integer() == order_id)
             .order_by(outbox_table.c.id)
         ).all()
         pending = conn.execute(
-            select(func.count()).where(outbox_table.c.status == states.PENDING)
+            select(func.count()).where(
+                outbox_table.c.queue == queue, outbox_table.c.status == states.PENDING
+            )
         ).scalar_one()
-    echo("4. the outbox now holds (id, job, priority, status):")
+    step("the outbox now holds (id, job, priority, status):")
     for row in rows:
         echo(f"   {row.id:>5}  {row.payload['mark']}  p{row.priority}  {row.status}")
-    echo(f"5. {pending} message(s) pending; starting two worker processes (database source)")
+    plain = engine.url.render_as_string(hide_password=False)
     engine.dispose()
 
-    from inbox.demo import run_workers  # the consumer side lives in inbox/
+    from inbox import demo as inbox_demo  # the consumer side lives in inbox/
 
-    runs = run_workers(engine.url.render_as_string(hide_password=False))
+    if broker:
+        from outbox.demo_broker import run_pipeline
+
+        step(f"{pending} message(s) pending in queue {queue}; starting the relay and workers")
+        engine = dsn_mod.make_engine(plain)
+        inbox_demo.prepare(engine)
+        before = len(inbox_demo.read_runs(engine))
+        run_pipeline(plain, broker, queue, consumer, step)
+        runs = inbox_demo.read_runs(engine)[before:]
+        engine.dispose()
+    else:
+        step(f"{pending} message(s) pending; starting two worker processes (database source)")
+        runs = inbox_demo.run_workers(plain)
     order = " ".join(f"{r.mark}{r.priority}" for r in runs)
-    overlap = any(
-        a.started < b.finished and b.started < a.finished
-        for i, a in enumerate(runs)
-        for b in runs[i + 1 :]
-    )
     pids = sorted({r.pid for r in runs})
-    echo(f"6. processing order: {order}   (expected a1 b1 d1 e1 g1 c2 f2: priority, then id)")
-    echo(
-        f"7. {len(runs)} jobs ran in {len(pids)} of 2 worker processes (the one that finishes a "
+    step(f"processing order: {order}   (expected a1 b1 d1 e1 g1 c2 f2: priority, then id)")
+    step(
+        f"{len(runs)} jobs ran in {len(pids)} of 2 worker processes (the one that finishes a "
         f"job claims its group's next); two of the group at once: "
-        f"{'YES (bug!)' if overlap else 'never'}"
+        f"{'YES (bug!)' if inbox_demo.overlapping(runs) else 'never'}"
     )
-    echo("8. outbox stats:")
+    step("outbox stats:")
     stats = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", "stats", "--dsn", dsn],
+        [sys.executable, "-m", "outbox.cli", "stats"],
         capture_output=True, text=True, check=False,
+        env=inbox_demo.child_env(OUTBOX_DSN=plain),
     )  # fmt: skip
-    for line in (stats.stdout + stats.stderr).rstrip().splitlines():
+    for line in dsn_mod.mask(stats.stdout + stats.stderr).rstrip().splitlines():
         echo(f"   {line}")

@@ -3,11 +3,13 @@ after a clean periodic exit, and `supervisorctl stop` ends them with exit status
 
 The shipped file restarts on --time-limit; the test swaps in --max-messages (the same clean
 exit-0 path) so that restarts happen only while messages flow and the final stop never lands
-in a process that is still importing (before its SIGTERM handler exists)."""
+in a process that is still importing (before its SIGTERM handler exists). It keeps only the
+relays (the workers and the file as shipped: tests/acceptance/test_supervisord_deploy.py)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,11 +42,14 @@ def test_two_relays_under_supervisord(
     rabbit_names.append(f"{queue}_1")
     conf = tmp_path / "supervisord.conf"
     shipped = CONF.read_text()
-    assert "--time-limit 3600" in shipped
+    metrics = " --metrics-port %(ENV_OUTBOX_RELAY_METRICS_PREFIX)s%(process_num)d"
+    assert "--time-limit 3600" + metrics in shipped
+    relays_only = re.sub(r"^\[program:worker\].*?(?=^\[|\Z)", "", shipped, flags=re.M | re.S)
+    assert "[program:relay]" in relays_only and "program:worker" not in relays_only
     conf.write_text(
-        shipped.replace(
-            "--time-limit 3600", "--max-messages 30 --batch-size 10 --poll-interval 0.1"
-        ).replace("--metrics-port 910%(process_num)d", "")
+        relays_only.replace(
+            "--time-limit 3600" + metrics, "--max-messages 30 --batch-size 10 --poll-interval 0.1"
+        )
     )
     env = {
         **os.environ,

@@ -358,56 +358,62 @@ def promote(table: Table, row_id: int) -> Update:
 def waiting_heads(table: Table, consumer: str, now: datetime, skip_retry: StepAside) -> Select[Any]:
     """Groups whose head is WAITING and nothing of the group is processing or halted.
 
-    Seed 000's variant B made exact: the group's best priority is computed once in a derived
-    table, then its smallest seq at that priority, then the row itself. It reads only rows in
-    line (index on state), so its cost follows the unfinished rows, not the history.
+    One pass over the consumer's rows in line (``ix_inbox_claim (consumer, state, ...)``: the
+    unfinished rows only, never the history), numbered per group in (priority, seq, id)
+    order; the first of each group is its head. Then, for the waiting heads only, two
+    equality probes of ``ix_inbox_group (consumer, serial_group, state)`` for a processing or
+    halted row. Seed 000's variant B joined the table back twice on (group, priority) and
+    (group, priority, seq), and those joins walked every row of the group, done ones included,
+    on MariaDB (a ``ref`` on the index prefix cannot use the state list).
     """
     t = table.c
-    in_line = _ordering_states(table, now, skip_retry)
-    best = (
-        select(t.serial_group, func.min(t.priority).label("priority"))
-        .where(t.consumer == consumer, t.serial_group.is_not(None), in_line)
-        .group_by(t.serial_group)
-        .subquery("best")
-    )
-    heads = (
-        select(t.serial_group, best.c.priority, func.min(t.seq).label("seq"))
-        .join_from(
-            table,
-            best,
-            and_(t.serial_group == best.c.serial_group, t.priority == best.c.priority),
+    retry_in_line: ColumnElement[bool] = t.state == states.RETRY
+    if skip_retry is True:
+        retry_in_line = and_(retry_in_line, t.available_at <= now)
+    elif skip_retry:
+        retry_in_line = and_(
+            retry_in_line, or_(t.available_at <= now, t.queue.not_in(list(skip_retry)))
         )
-        .where(t.consumer == consumer, in_line)
-        .group_by(t.serial_group, best.c.priority)
-        .subquery("heads")
-    )
-    # Equal (priority, seq) happen across producers; the id breaks the tie, as in a claim.
-    firsts = (
-        select(func.min(t.id).label("id"))
-        .join_from(
-            table,
-            heads,
-            and_(
-                t.serial_group == heads.c.serial_group,
-                t.priority == heads.c.priority,
-                t.seq == heads.c.seq,
-            ),
+    # One branch per state, each an equality on (consumer, state): MariaDB reads an IN list
+    # on the index's second column as a ref on consumer alone, i.e. the whole history.
+    in_line = union_all(
+        *(
+            select(t.id, t.serial_group, t.state, t.priority, t.seq).where(
+                t.consumer == consumer, t.serial_group.is_not(None), condition
+            )
+            for condition in (t.state == states.READY, t.state == states.WAITING, retry_in_line)
         )
-        .where(t.consumer == consumer, in_line)
-        .group_by(t.serial_group)
-        .subquery("firsts")
-    )
+    ).subquery("in_line")
+    i = in_line.c
+    ranked = select(
+        i.id,
+        i.serial_group,
+        i.state,
+        i.priority,
+        i.seq,
+        func.row_number()
+        .over(partition_by=i.serial_group, order_by=(i.priority, i.seq, i.id))
+        .label("place"),
+    ).subquery("ranked")
+    r = ranked.c
     blocker = table.alias("blocker")
-    busy = exists().where(
-        blocker.c.consumer == consumer,
-        blocker.c.serial_group == t.serial_group,
-        blocker.c.state.in_((states.PROCESSING, states.HALTED)),
-    )
+
+    def running(state: str) -> Any:
+        return exists().where(
+            blocker.c.consumer == consumer,
+            blocker.c.serial_group == r.serial_group,
+            blocker.c.state == state,
+        )
+
     return (
-        select(t.id, t.serial_group)
-        .join_from(table, firsts, t.id == firsts.c.id)
-        .where(t.state == states.WAITING, ~busy)
-        .order_by(t.priority, t.seq, t.id)
+        select(r.id, r.serial_group)
+        .where(
+            r.place == 1,
+            r.state == states.WAITING,
+            ~running(states.PROCESSING),
+            ~running(states.HALTED),
+        )
+        .order_by(r.priority, r.seq, r.id)
     )
 
 

@@ -36,6 +36,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python scripts/check_security.py
 
 format: install
 	$(BIN)/ruff format .

@@ -19,7 +19,10 @@ _DRIVERS = {
     "mariadb": "mysql+pymysql",
     "mariadb+pymysql": "mysql+pymysql",
 }
-_PASSWORD_IN_URL = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
+# ``scheme:`` then any number of slashes (``amqp:/user:pw@host`` is a typo that still
+# carries a password), user, ``:``, password, ``@``.
+_PASSWORD_IN_URL = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*:/*[^:/@\s]*:)[^@\s]*@")
+_BACKENDS = ("postgresql", "mysql", "mariadb", "sqlite")
 
 
 def normalize(dsn: str) -> URL:
@@ -30,6 +33,11 @@ def normalize(dsn: str) -> URL:
         url = make_url(dsn)
     except Exception as exc:
         raise ConfigError(f"dsn: cannot parse {mask(dsn)!r}: {exc}") from exc
+    if url.get_backend_name() not in _BACKENDS:
+        raise ConfigError(
+            f"dsn: {url.get_backend_name()!r} is not a supported database; use "
+            "postgresql://, mysql://, mariadb:// or sqlite:///"
+        )
     driver = _DRIVERS.get(url.drivername)
     if driver:
         url = url.set(drivername=driver)

@@ -14,19 +14,28 @@ from uuid import UUID, uuid4
 from outbox.config import OutboxConfig
 from outbox.errors import PayloadTooLargeError, ValidationError
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
 MAX_NAME_LENGTH = 255
+# A queue becomes the broker name ``<queue>_<priority>``: Apache Kafka takes topic names of at
+# most 249 characters, and a SMALLINT priority adds up to 7 ("_-32768").
+MAX_QUEUE_LENGTH = 249 - 7
+# RabbitMQ refuses to declare queues (and exchanges) named ``amq.*`` (403 ACCESS_REFUSED).
+_RESERVED_PREFIXES = ("amq.",)
 
 
 def check_queue(queue: Any) -> str:
     if not isinstance(queue, str) or not queue:
         raise ValidationError("queue", "must be a non-empty string")
-    if len(queue) > MAX_NAME_LENGTH:
-        raise ValidationError("queue", f"longer than {MAX_NAME_LENGTH} characters")
-    if not _NAME.match(queue):
+    if len(queue) > MAX_QUEUE_LENGTH:
+        raise ValidationError(
+            "queue", f"longer than {MAX_QUEUE_LENGTH} characters (broker name limits)"
+        )
+    if not _NAME.fullmatch(queue):
         raise ValidationError(
             "queue", f"{queue!r} has characters outside letters, digits, '.', '-', '_'"
         )
+    if queue.lower().startswith(_RESERVED_PREFIXES):
+        raise ValidationError("queue", f"{queue!r}: the 'amq.' prefix is reserved by RabbitMQ")
     return queue
 
 

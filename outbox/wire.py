@@ -29,6 +29,10 @@ H_OCCURRED_AT = "outbox-occurred-at"
 H_SCHEMA_VERSION = "outbox-schema-version"
 CONTENT_TYPE = "application/json"
 
+MAX_NAME = 255  # the inbox's type / queue / serial_group columns
+_SMALLINT = (-32768, 32767)  # the priority column
+_BIGINT_MAX = 2**63 - 1  # the seq (outbox id) column
+
 REQUIRED = (H_EVENT_ID, H_TYPE, H_QUEUE, H_PRIORITY, H_OUTBOX_ID, H_OCCURRED_AT, H_SCHEMA_VERSION)
 
 
@@ -118,8 +122,14 @@ def from_wire(raw_headers: Mapping[str, Any] | None, body: bytes | str | None) -
         event_id = UUID(headers[H_EVENT_ID])
     except ValueError as exc:
         raise MalformedMessageError(H_EVENT_ID, "not a UUID") from exc
-    priority = _int(H_PRIORITY, headers[H_PRIORITY])
-    outbox_id = _int(H_OUTBOX_ID, headers[H_OUTBOX_ID])
+    for name in (H_TYPE, H_QUEUE, H_SERIAL_GROUP):
+        value = headers.get(name)
+        if value is not None and not 0 < len(value) <= MAX_NAME:
+            raise MalformedMessageError(
+                name, f"is {len(value)} characters long; expected 1..{MAX_NAME}"
+            )
+    priority = _int(H_PRIORITY, headers[H_PRIORITY], *_SMALLINT)
+    outbox_id = _int(H_OUTBOX_ID, headers[H_OUTBOX_ID], 0, _BIGINT_MAX)
     try:
         occurred_at = datetime.fromisoformat(headers[H_OCCURRED_AT])
     except ValueError as exc:
@@ -148,8 +158,11 @@ def from_wire(raw_headers: Mapping[str, Any] | None, body: bytes | str | None) -
     return envelope
 
 
-def _int(name: str, value: str) -> int:
+def _int(name: str, value: str, low: int, high: int) -> int:
     try:
-        return int(value)
+        number = int(value)
     except ValueError as exc:
-        raise MalformedMessageError(name, f"{value!r} is not an integer") from exc
+        raise MalformedMessageError(name, f"{value[:50]!r} is not an integer") from exc
+    if not low <= number <= high:
+        raise MalformedMessageError(name, f"{number} is outside {low}..{high}")
+    return number

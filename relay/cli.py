@@ -179,7 +179,10 @@ def relay(
         if broker.startswith("amqp"):
             options["fanout"] = fanout
             if queue_arguments:
-                parsed = json.loads(queue_arguments)
+                try:
+                    parsed = json.loads(queue_arguments)
+                except ValueError as exc:
+                    raise OutboxError(f"queue-arguments: not JSON: {exc}") from exc
                 if not isinstance(parsed, dict):
                     raise OutboxError("queue-arguments: expected a JSON object")
                 options["queue_arguments"] = parsed

@@ -32,6 +32,7 @@ from outbox.errors import ConfigError
 from outbox.metrics import Metrics
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER
+from outbox.validation import check_queue
 from outbox.wire import Envelope
 from relay import queries
 from relay.publisher import BrokerUnavailable, Outgoing, Publisher
@@ -361,6 +362,10 @@ class Relay:
 
 
 def _envelope(row: Row[Any]) -> Envelope:
+    # A row stored before store() checked broker name limits (or written by hand) is refused
+    # here, with the reason: a name the broker cannot take can close the channel or, for a
+    # trailing newline, hang RabbitMQ's queue.declare.
+    check_queue(row.queue)
     headers = row.headers or {}
     if not isinstance(headers, dict):
         raise TypeError(f"headers: expected a JSON object, got {type(headers).__name__}")

@@ -27,6 +27,9 @@ def source_from_url(
         from inbox.sources.database import DatabaseSource
 
         return DatabaseSource(engine, queues)
+    from relay.publishers import check_broker_url
+
+    check_broker_url("source", url)
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in ("amqp", "amqps"):
         from inbox.sources.rabbitmq import RabbitMQSource

@@ -12,6 +12,20 @@ from relay.publisher import Publisher
 SCHEMES = ("amqp", "amqps", "kafka")
 
 
+def check_broker_url(option: str, url: str) -> None:
+    """``scheme://host...``, and no user:password for Kafka (SASL goes in its config): a
+    mistyped URL is refused here, masked, before a client echoes it (host, vhost) unmasked."""
+    if "://" not in url or not url.split("://", 1)[1].strip("/"):
+        raise ConfigError(
+            f"{option}: {mask(url)!r} is not a URL like amqp://user:pass@host:5672/vhost "
+            "or kafka://host:9092"
+        )
+    if url.lower().startswith("kafka://") and "@" in url:
+        raise ConfigError(
+            f"{option}: {mask(url)!r}: kafka:// takes host:port[,host2:port] only, no user:password"
+        )
+
+
 def publisher_from_url(url: str, **options: Any) -> Publisher:
     """Build the publisher for ``url``; ``options`` go to the publisher's constructor.
 
@@ -20,6 +34,7 @@ def publisher_from_url(url: str, **options: Any) -> Publisher:
     """
     if not url:
         raise ConfigError("broker: empty; pass --broker or set OUTBOX_BROKER")
+    check_broker_url("broker", url)
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("amqp", "amqps"):
         from relay.publishers.rabbitmq import RabbitMQPublisher

@@ -138,7 +138,11 @@ class RabbitMQPublisher:
         self._tags = {}
         self._by_message_id = {}
         try:
+            refused = self._declare_all({item.destination for item in batch})
             for item in batch:
+                if item.destination in refused:
+                    self._result[item.row_id] = refused[item.destination]
+                    continue
                 self._publish_one(item)
             self._pump(lambda: len(self._tags) == 0, self.confirm_timeout, f"{len(batch)} confirms")
         except BrokerUnavailable:
@@ -182,6 +186,25 @@ class RabbitMQPublisher:
             properties=properties,
             mandatory=True,
         )
+
+    def _declare_all(self, destinations: set[str]) -> dict[str, str]:
+        """Declare each destination; those the broker will never take (reserved ``amq.``
+        prefix: 403; over 255 bytes: refused by the client before sending) are refusals of
+        their rows, not an outage that would stall every other row."""
+        refused: dict[str, str] = {}
+        for destination in sorted(destinations):
+            try:
+                self._declare(destination)
+            except pika.exceptions.ShortStringTooLong:
+                refused[destination] = "destination name is over AMQP's 255 bytes"
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                if exc.reply_code != 403:
+                    raise
+                refused[destination] = f"destination refused: {exc.reply_code} {exc.reply_text}"
+                # The broker closed the channel (nothing was published on it yet): a new one.
+                self._channel = None
+                self._open_channel()
+        return refused
 
     def _declare(self, destination: str) -> None:
         if destination in self._declared:

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
+from sqlalchemy.dialects import mysql
 
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.types import JSONDocument, UTCDateTime
@@ -31,6 +32,13 @@ from outbox.types import JSONDocument, UTCDateTime
 # SQLite only auto-increments an INTEGER PRIMARY KEY; BIGINT elsewhere.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 NAME_LENGTH = 255
+# Queue, group, key, type, consumer: compared byte for byte. MariaDB/MySQL's default collation
+# is case- and accent-insensitive: consumers "Billing" and "billing" would share one dedupe
+# key, queues "Orders" and "orders" one fetch. (utf8mb4_bin still pads: "a" = "a ".)
+BINARY_COLLATION = "utf8mb4_bin"
+Name = String(NAME_LENGTH).with_variant(
+    mysql.VARCHAR(NAME_LENGTH, collation=BINARY_COLLATION), "mysql", "mariadb"
+)
 
 
 @dataclass(frozen=True)
@@ -48,11 +56,11 @@ def _outbox_table(metadata: MetaData, name: str) -> Table:
         # The id is the order: (priority, id) inside a group, id inside a key.
         Column("id", Id, primary_key=True, autoincrement=True),
         Column("event_id", Uuid(), nullable=False),
-        Column("queue", String(NAME_LENGTH), nullable=False),
+        Column("queue", Name, nullable=False),
         Column("priority", SmallInteger(), nullable=False),
-        Column("serial_group", String(NAME_LENGTH), nullable=True),
-        Column("key", String(NAME_LENGTH), nullable=True),
-        Column("type", String(NAME_LENGTH), nullable=False),
+        Column("serial_group", Name, nullable=True),
+        Column("key", Name, nullable=True),
+        Column("type", Name, nullable=False),
         Column("payload", JSONDocument(), nullable=False),
         Column("headers", JSONDocument(), nullable=False),
         Column("occurred_at", UTCDateTime(), nullable=False),
@@ -84,13 +92,13 @@ def _inbox_table(metadata: MetaData, name: str) -> Table:
         metadata,
         Column("id", Id, primary_key=True, autoincrement=True),
         Column("event_id", Uuid(), nullable=False),
-        Column("consumer", String(NAME_LENGTH), nullable=False),
-        Column("queue", String(NAME_LENGTH), nullable=False),
+        Column("consumer", Name, nullable=False),
+        Column("queue", Name, nullable=False),
         Column("priority", SmallInteger(), nullable=False),
-        Column("serial_group", String(NAME_LENGTH), nullable=True),
+        Column("serial_group", Name, nullable=True),
         # The producer's outbox id: the order inside a group (with priority).
         Column("seq", BigInteger(), nullable=False),
-        Column("type", String(NAME_LENGTH), nullable=False),
+        Column("type", Name, nullable=False),
         Column("payload", JSONDocument(), nullable=True),
         Column("headers", JSONDocument(), nullable=False),
         Column("state", String(16), nullable=False),
@@ -124,7 +132,7 @@ def _audit_table(metadata: MetaData, name: str) -> Table:
         metadata,
         Column("id", Id, primary_key=True, autoincrement=True),
         Column("at", UTCDateTime(), nullable=False),
-        Column("actor", String(NAME_LENGTH), nullable=False),
+        Column("actor", Name, nullable=False),
         Column("action", String(32), nullable=False),
         Column("target", String(16), nullable=False),
         Column("reason", Text(), nullable=False),

@@ -76,6 +76,10 @@ class Consumer:
         config: OutboxConfig = DEFAULT_CONFIG,
     ) -> None:
         self.name = _name("name", name)
+        if self.name != self.name.strip():
+            # MariaDB compares "c" and "c " as equal (PAD SPACE): two such consumers would
+            # share one dedupe key.
+            raise ConfigError("name: must not start or end with whitespace")
         if isinstance(queues, str) or not queues:
             raise ConfigError("queues: give a non-empty list of queue names")
         try:

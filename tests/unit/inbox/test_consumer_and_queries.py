@@ -191,3 +191,9 @@ def test_queue_policies_override_the_consumer_defaults() -> None:
     assert consumer.step_aside == ("media",)
     assert Consumer("c", queues=["jobs"], on_retry="skip").step_aside is True
     assert Consumer("c", queues=["jobs"]).step_aside is False
+
+
+@pytest.mark.parametrize("name", ["billing ", " billing", "billing\t"])
+def test_consumer_names_with_outer_whitespace_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="^name: must not start or end with whitespace"):
+        Consumer(name, queues=["jobs"])

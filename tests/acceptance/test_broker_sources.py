@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -43,25 +45,54 @@ def _relay(bed: Bed, broker: str, queue: str) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
-def run_through_broker(bed: Bed, broker: str, stored: Callable[[str], None]) -> None:
+@dataclass
+class BrokerRun:
+    """Workers receiving from ``broker`` for a queue and a consumer of this run's own."""
+
+    bed: Bed
+    broker: str
+    queue: str
+    consumer: str
+    workers: list[subprocess.Popen[bytes]]
+    codes: list[int] = field(default_factory=list)  # exit codes, once the run is over
+
+    def relay(self) -> None:
+        """Publish what is pending now: a relay that stops when idle, waited for."""
+        assert wait_all([_relay(self.bed, self.broker, self.queue)], 120) == [0]
+
+    def wait_done(self, count: int, timeout: float = 120) -> None:
+        wait_for(lambda: _done(self.bed, self.consumer) == count, timeout, f"{count} done")
+
+
+@contextmanager
+def broker_workers(bed: Bed, broker: str, count: int = 2, **spawn: Any) -> Iterator[BrokerRun]:
+    """``count`` workers with ``--source broker``, running when the block starts; SIGTERM
+    (finish and exit 0) to those still running when it ends, exit codes in ``codes``."""
     queue = f"jobs_{uuid.uuid4().hex[:10]}"
     consumer = f"broker-{queue}"
-    settings = {"queues": [queue], "consumer": consumer}
-    # Workers first, receiving from the broker; then the rows, then the relay
+    settings = {"queues": [queue], "consumer": consumer, **spawn}
     workers = [
-        bed.spawn(stop_when_idle=False, extra=["--source", broker], **settings) for _ in range(2)
+        bed.spawn(stop_when_idle=False, extra=["--source", broker], **settings)
+        for _ in range(count)
     ]
+    run = BrokerRun(bed, broker, queue, consumer, workers)
     try:
-        wait_for(lambda: pg_listeners(bed.engine) == 2, 60, "both workers to run")
-        stored(queue)
-        relay = _relay(bed, broker, queue)
-        assert wait_all([relay], 120) == [0]
-        wait_for(lambda: _done(bed, consumer) == len(S1), 120, "the group to finish")
+        wait_for(lambda: pg_listeners(bed.engine) == count, 60, "the workers to run")
+        yield run
     finally:
         for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        codes = wait_all(workers, 60)
-    assert codes == [0, 0]
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        run.codes = wait_all(workers, 60)
+
+
+def run_through_broker(bed: Bed, broker: str, stored: Callable[[str], None]) -> None:
+    # Workers first, receiving from the broker; then the rows, then the relay
+    with broker_workers(bed, broker) as run:
+        stored(run.queue)
+        run.relay()
+        run.wait_done(len(S1))
+    assert run.codes == [0, 0]
     check_serial(bed, "g", S1_ORDER)
 
 

@@ -7,6 +7,7 @@ event sequence and intervals, order from the recorded starts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,13 +98,17 @@ def test_s2_no_inversion(bed: Bed, run: int) -> None:
     run_s2(bed)
 
 
-def test_s3_late_urgent_message_goes_before_f2_without_interrupting_c2(bed: Bed) -> None:
-    # Given S1 where c2 takes a while
-    store(bed, S1, "g", c={"sleep": 1.5})
+def test_s3_late_urgent_message_goes_before_f2_without_interrupting_c2(
+    bed: Bed, tmp_path: Path
+) -> None:
+    # Given S1 where c2 cannot end before the test opens its gate
+    gate = tmp_path / "c2-may-end"
+    store(bed, S1, "g", c={"hold_until_file": str(gate)})
     workers = [bed.spawn(), bed.spawn()]
-    # When h1 is stored while c2 runs
+    # When h1 is stored while c2 runs (and only then c2 may end)
     wait_for(lambda: "c" in started_order(bed.events()), 60, "c2 to start")
     store(bed, [("h", 1)], "g")
+    gate.touch()
     assert wait_all(workers, 90) == [0, 0]
     # Then h1 runs after c2 (never beside it), before f2; c2 ran once, to its end
     check_serial(bed, "g", ["a", "b", "d", "e", "g", "c", "h", "f"])

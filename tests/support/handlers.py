@@ -96,6 +96,18 @@ def record(message: InboxMessage, kind: str) -> None:
         )
 
 
+def _wait_for_file(path: str | None, deadline: float = 60.0) -> None:
+    """A gate the test opens by creating ``path``: the handler cannot end before the test
+    has done what it must do while the handler runs (polled, with a deadline)."""
+    if not path:
+        return
+    give_up = time.monotonic() + deadline
+    while not os.path.exists(path):
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"gate {path} never opened")
+        time.sleep(0.01)
+
+
 def _env_float(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
@@ -119,7 +131,7 @@ consumer = Consumer(
 @consumer.handler("job")
 def job(session: Session, message: InboxMessage) -> None:
     """payload: mark, sleep (s), sleep_first (extra on attempt 1), fail (raise on attempts
-    <= fail), permanent (bool)."""
+    <= fail), permanent (bool), hold_until_file (the test creates it to let the handler end)."""
     payload = message.payload
     record(message, "start")
     try:
@@ -128,6 +140,7 @@ def job(session: Session, message: InboxMessage) -> None:
         if message.attempt <= int(payload.get("fail", 0)):
             raise RuntimeError(f"{payload['mark']} failed on attempt {message.attempt}")
         time.sleep(float(payload.get("sleep", 0.0)))
+        _wait_for_file(payload.get("hold_until_file"))
         if message.attempt == 1:
             time.sleep(float(payload.get("sleep_first", 0.0)))
         session.execute(insert(effects).values(event_id=message.event_id, mark=payload["mark"]))

@@ -35,6 +35,9 @@ class InboxMessage:
 
 Handler = Callable[[Session, InboxMessage], None]
 
+# Seconds a sent-but-not-received outbox row keeps its place in its group (broker sources).
+DEFAULT_DELIVERY_WINDOW = 3600.0
+
 
 @dataclass(frozen=True)
 class QueuePolicy:
@@ -71,7 +74,7 @@ class Consumer:
         permanent_errors: Sequence[type[BaseException]] = (),
         visibility_timeout: float = 60.0,
         group_lock_timeout: float = 5.0,
-        delivery_window: float = 3600.0,
+        delivery_window: float = DEFAULT_DELIVERY_WINDOW,
         queue_policies: Mapping[str, QueuePolicy | Mapping[str, str]] | None = None,
         config: OutboxConfig = DEFAULT_CONFIG,
     ) -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, inspect
 
 from inbox import queries as core_queries
+from inbox.consumer import DEFAULT_DELIVERY_WINDOW
 from inbox.ops import queries as q
 from outbox import states
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
@@ -115,11 +116,16 @@ def explain(
     )
 
 
-def _outbox_ahead(conn: Connection, schema: Schema, consumer: str, group: str, first: Any) -> Any:
-    """Job-queue deployment: a pending outbox row of the group before the head (G5)."""
+def _outbox_ahead(
+    conn: Connection, schema: Schema, consumer: str, group: str, first: Any, now: datetime
+) -> Any:
+    """Job-queue deployment: an outbox row of the group before the head that this consumer
+    has not received (G5): pending, or sent within the default delivery window (a broker
+    consumer waits for it; a database-source one only for pending rows)."""
     stmt = core_queries.outbox_blocker(
         schema.outbox, schema.inbox, consumer=consumer, queues=[first.queue], group=group,
-        priority=int(first.priority), seq=int(first.seq), sent_since=None,
+        priority=int(first.priority), seq=int(first.seq),
+        sent_since=now - timedelta(seconds=DEFAULT_DELIVERY_WINDOW),
     )  # fmt: skip
     return conn.execute(stmt).scalar()
 
@@ -144,7 +150,7 @@ def blocked_groups(
             first = conn.execute(q.group_first_in_line(t, name, group)).first()
             ahead = None
             if job_queue and not holders and first is not None and first.state == states.WAITING:
-                ahead = _outbox_ahead(conn, schema, name, group, first)
+                ahead = _outbox_ahead(conn, schema, name, group, first, now)
             row, why, hint = explain(name, group, holders, first, ahead, now)
             reports.append(
                 GroupReport(

@@ -69,6 +69,15 @@ def _opt(name: str, env: str, *dest: str, **kwargs: Any) -> Callable[[FC], FC]:
 )
 @_opt("--backoff-max", "OUTBOX_BACKOFF_MAX", default=300.0, show_default=True, type=float)
 @_opt(
+    "--confirm-timeout",
+    "OUTBOX_CONFIRM_TIMEOUT",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="Seconds a batch may wait for the broker's confirms; then it is rolled back and "
+    "published again later (an outage: no attempt counted).",
+)
+@_opt(
     "--time-limit",
     "OUTBOX_TIME_LIMIT",
     type=click.FloatRange(min=0.001),
@@ -144,6 +153,7 @@ def relay(
     max_attempts: int,
     backoff_base: float,
     backoff_max: float,
+    confirm_timeout: float,
     time_limit: float | None,
     max_messages: int | None,
     stop_when_idle: bool,
@@ -175,7 +185,7 @@ def relay(
     if not broker.strip():
         _fail("broker: empty; the relay needs --broker (the database source is the worker's)")
     try:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"confirm_timeout": confirm_timeout}
         if broker.startswith("amqp"):
             options["fanout"] = fanout
             if queue_arguments:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -255,16 +257,22 @@ class RabbitMQPublisher:
 
         ``process_data_events(time_limit)`` would sleep out its whole time limit, since our
         callbacks live on the channel implementation, not on the blocking layer; so we drive
-        the same loop pika's blocking calls use, with a timer for the deadline.
+        the same loop pika's blocking calls use. The deadline is read from the clock: the
+        blocking layer runs ``call_later`` callbacks only inside ``process_data_events``, never
+        inside ``_flush_output``; the timer is there to wake the I/O loop at the deadline.
+        (Found by tests/faults/test_confirm_stall.py: a broker that stopped answering held
+        the relay forever.)
         """
         connection = self._connection
         assert connection is not None
-        expired: list[bool] = []
-        timer = connection.call_later(timeout, lambda: expired.append(True))
+        deadline = time.monotonic() + timeout
+        timer = connection.call_later(timeout, lambda: None)
         channel = self._channel
         try:
             connection._flush_output(
-                done, lambda: bool(expired), lambda: channel is not None and channel.is_closed
+                done,
+                lambda: time.monotonic() >= deadline,
+                lambda: channel is not None and channel.is_closed,
             )
         finally:
             if connection.is_open:
@@ -274,7 +282,21 @@ class RabbitMQPublisher:
             self._learn_size_limit(reason)
             raise BrokerUnavailable(f"channel closed by the broker: {_describe(reason)}")
         if not done():
+            self._abandon()
             raise BrokerUnavailable(f"no answer from {mask(self.url)} for {what} in {timeout}s")
+
+    def _abandon(self) -> None:
+        """Drop a connection whose broker stopped answering. ``close()`` would send
+        Connection.Close and wait for a Close-Ok the silent broker never sends: shut the
+        socket down instead, which pika handles as a lost connection."""
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is None:
+            return
+        try:
+            connection._impl._transport._sock.shutdown(socket.SHUT_RDWR)
+            connection.process_data_events(0)
+        except Exception as exc:  # the expected StreamLostError, or already gone
+            log.debug("abandoning %s: %s", mask(self.url), exc)
 
     def _learn_size_limit(self, exc: object) -> None:
         match = _SIZE_ERROR.search(str(exc))

@@ -1,0 +1,136 @@
+"""Issue #6 item 1: the broker stalls its confirms for longer than the relay's confirm
+timeout, then resumes, end to end (relays and workers as OS processes).
+
+- RabbitMQ: the relays publish through a proxy that stops forwarding RabbitMQ's bytes to them
+  (RabbitMQ still takes and queues the messages; their confirms are held back). A relay
+  waiting for confirms gives up after its confirm timeout (2 s here), rolls the batch back and
+  publishes it again later: the copies RabbitMQ already queued reach the workers twice, and
+  the inbox absorbs them. The workers read RabbitMQ directly.
+- Kafka (tansu): the broker process is stopped (SIGSTOP: it answers nothing, the kernel
+  still takes what clients send) until every relay has given up, then continued (SIGCONT).
+
+The relays run as ``python -m tests.faults.pipeline 2 relay ...``: ``outbox relay`` with a
+2 s confirm timeout (the CLI has no option for it; its default is 30 s)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from sqlalchemy import func, select
+
+from outbox import Message
+from outbox.schema import outbox_table
+from tests.faults.pipeline import (
+    MakePipeline,
+    Pipeline,
+    Proxy,
+    messages,
+    rabbit_leftovers,
+    require_rabbitmq,
+    scaled,
+    verdict,
+    wait_until,
+)
+from tests.support.kafka import KafkaBroker
+
+TOTAL = scaled(1000)
+STALLS = 2
+CONFIRM_TIMEOUT = 2.0
+
+
+def _db(dialect: str) -> str:
+    return "pg" if dialect == "postgresql" else dialect
+
+
+def _extra(load: list[Message], fault: int) -> list[Message]:
+    """The 100 rows kept back from the producer for fault number ``fault``."""
+    return load[len(load) - (fault + 1) * 100 :][:100]
+
+
+def _start(pipe: Pipeline) -> None:
+    for _ in range(2):
+        pipe.add_relay(confirm_timeout=CONFIRM_TIMEOUT)
+        pipe.add_worker()
+    pipe.wait_ready()
+
+
+def _finish(pipe: Pipeline, scenario: str, stalls: int) -> None:
+    """Wait for the load, stop everything, judge and print."""
+    finished = pipe.wait_finished(TOTAL, timeout=400)
+    relay_codes, worker_codes = pipe.stop()
+    result = verdict(pipe)
+    timeouts = sum(r.text().count("no answer from") for r in pipe.relays)
+    print("\n" + result.line(scenario, stalls=stalls, confirm_timeouts=timeouts))
+    assert finished and result.ok, result.detail()
+    assert result.done == TOTAL
+    assert relay_codes == [0, 0] and worker_codes == [0, 0]
+    assert timeouts >= stalls  # the relays did give up waiting for confirms
+    with pipe.bed.engine.connect() as conn:
+        attempts = conn.execute(select(func.max(outbox_table.c.attempts))).scalar_one()
+    assert attempts == 0  # a stalled broker is not the rows' fault
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("dialect", ["postgresql", "mariadb"], indirect=True)
+def test_rabbitmq_confirms_stalled_past_the_timeout(
+    dialect: str, make_pipeline: MakePipeline
+) -> None:
+    # Given relays publishing through a proxy, workers reading RabbitMQ directly, rows arriving
+    url = require_rabbitmq()
+    proxy = Proxy(("127.0.0.1", 5672)).start()
+    pipe = make_pipeline(url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}"), url)
+    try:
+        _start(pipe)
+        load = messages(pipe.queue, TOTAL)
+        producer = pipe.produce(load[: -STALLS * 100], pause=0.1)
+
+        # When RabbitMQ's answers are held back for twice the confirm timeout, twice
+        for stall in range(STALLS):
+            pipe.wait_done(TOTAL * (stall + 1) // (STALLS + 2))
+            proxy.stall()
+            pipe.store(_extra(load, stall))  # rows to publish meanwhile
+            wait_until(lambda: proxy.held_for() >= 1.0, 60, "a confirm held back")
+            sent = pipe.count_sent()
+            wait_until(lambda: proxy.held_for() >= 2 * CONFIRM_TIMEOUT, 60, "the stall")
+            # ... no row is marked sent without its confirm
+            assert pipe.count_sent() == sent
+            proxy.resume()
+        producer.join(timeout=120)
+        _finish(pipe, f"confirm-stall {_db(dialect)} rabbitmq", STALLS)
+    finally:
+        proxy.cut()
+    leftovers = rabbit_leftovers(url, [f"{pipe.queue}_{p}" for p in (1, 2)])
+    assert set(leftovers) <= {str(e) for e in pipe.stored_ids()}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("dialect", ["postgresql", "mariadb"], indirect=True)
+def test_kafka_broker_stalled_past_the_confirm_timeout(
+    dialect: str, make_pipeline: MakePipeline, kafka_broker_private: KafkaBroker
+) -> None:
+    # Given relays and workers on a broker of this test's own, rows arriving
+    broker = kafka_broker_private
+    pipe = make_pipeline(broker.url, broker.url)
+    _start(pipe)
+    load = messages(pipe.queue, TOTAL)
+    producer = pipe.produce(load[: -STALLS * 100], pause=0.1)
+    assert broker.process is not None
+    group = broker.process.pid  # tansu runs in a session (process group) of its own
+
+    # When the broker stops answering until every relay gave up at least once, twice
+    try:
+        for stall in range(STALLS):
+            pipe.wait_done(TOTAL * (stall + 1) // (STALLS + 2))
+            before = pipe.failures()
+            os.killpg(group, signal.SIGSTOP)
+            pipe.store(_extra(load, stall))  # rows to publish meanwhile
+            pipe.wait_failures(before, rounds=1)
+            os.killpg(group, signal.SIGCONT)
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    producer.join(timeout=120)
+    _finish(pipe, f"confirm-stall {_db(dialect)} kafka", STALLS)

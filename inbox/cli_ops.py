@@ -7,7 +7,6 @@ errors are printed with passwords masked. The work is in ``inbox.ops``.
 
 from __future__ import annotations
 
-import getpass
 import json
 import sys
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from outbox.clock import utcnow
 from outbox.config import OutboxConfig
 from outbox.dsn import make_engine
 from outbox.errors import OutboxError
-from outbox.ops.cli_common import db_options, echo_json, fail, json_option, table
+from outbox.ops.cli_common import db_options, echo_json, fail, json_option, retry_request, table
 from outbox.ops.parse import format_age, parse_duration, parse_since
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -179,12 +178,8 @@ def retry_cmd(
     others were still retried) or the database failed, 2 usage error (neither or both of
     --id and --all, empty --reason).
     """
-    if bool(ids) == all_:
-        raise click.UsageError("give either --id ID... or --all")
-    if not reason.strip():
-        raise click.BadParameter("must not be empty", param_hint="--reason")
+    who = retry_request(ids, all_, reason, actor)
     engine, config = _open(dsn, outbox_table, inbox_table)
-    who = actor or getpass.getuser()
     args: dict[str, Any] = {
         "reason": reason, "actor": who, "config": config, "ids": list(ids) if ids else None,
         "consumer": consumer, "type_": type_, "group": group,

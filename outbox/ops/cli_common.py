@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -29,6 +30,15 @@ def json_option(func: F) -> F:
         is_flag=True,
         help="Print JSON instead of a table.",
     )(func)
+
+
+def retry_request(ids: tuple[int, ...], all_: bool, reason: str, actor: str | None) -> str:
+    """Check a retry's selection and reason (usage errors, exit 2); return who retries."""
+    if bool(ids) == all_:
+        raise click.UsageError("give either --id ID... or --all")
+    if not reason.strip():
+        raise click.BadParameter("must not be empty", param_hint="--reason")
+    return actor or getpass.getuser()
 
 
 def open_db(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, Schema]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import getpass
 import sys
 
 import click
 
 from outbox.clock import utcnow
 from outbox.ops import admin
-from outbox.ops.cli_common import db_options, echo_json, fail, json_option, open_db
+from outbox.ops.cli_common import db_options, echo_json, fail, json_option, open_db, retry_request
 from outbox.ops.parse import parse_duration
 
 
@@ -60,12 +59,8 @@ def retry_cmd(
     others were still retried) or the database failed, 2 usage error (neither or both of
     --id and --all, empty --reason).
     """
-    if bool(ids) == all_:
-        raise click.UsageError("give either --id ID... or --all")
-    if not reason.strip():
-        raise click.BadParameter("must not be empty", param_hint="--reason")
+    who = retry_request(ids, all_, reason, actor)
     engine, schema = open_db(dsn, outbox_table, inbox_table)
-    who = actor or getpass.getuser()
     try:
         # The dry run first: it is --dry-run's answer, and gives the bar its length.
         result = admin.retry(

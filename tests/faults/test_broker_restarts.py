@@ -28,8 +28,8 @@ from tests.faults.pipeline import (
     rabbit_leftovers,
     require_rabbitmq,
     scaled,
-    verdict,
 )
+from tests.faults.verdict import verdict
 from tests.support import services
 from tests.support.kafka import KafkaBroker
 

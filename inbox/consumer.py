@@ -112,6 +112,8 @@ class Consumer:
         self.delivery_window = float(delivery_window)
         self.config = config
         self.queue_policies = _queue_policies(queue_policies or {}, self.queues)
+        # Read by every claim: worked out once (queues and policies never change).
+        self.step_aside = self._step_aside()
         self._handlers: dict[str, Handler] = {}
 
     def on_retry_for(self, queue: str) -> OnRetry:
@@ -122,8 +124,7 @@ class Consumer:
         policy = self.queue_policies.get(queue)
         return policy.on_dead if policy and policy.on_dead else self.on_dead
 
-    @property
-    def step_aside(self) -> StepAside:
+    def _step_aside(self) -> StepAside:
         """Whose retry rows step aside while waiting out their backoff (on_retry="skip"):
         True = every queue's, False = none, or the tuple of those queues."""
         skipping = tuple(q for q in self.queues if self.on_retry_for(q) == "skip")

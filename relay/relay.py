@@ -273,7 +273,7 @@ class Relay:
                 if _chain(row) in refused_chains:
                     continue
                 try:
-                    batch.append(Outgoing(row.id, _envelope(row)))
+                    batch.append(Outgoing(row.id, envelope_of(row)))
                 except (TypeError, ValueError) as exc:
                     outcome[row.id] = f"cannot build the message: {exc}"
             verdicts: Mapping[int, str | None] = self.publisher.publish(batch) if batch else {}
@@ -361,7 +361,7 @@ class Relay:
         return PollWaker(self._stopping)
 
 
-def _envelope(row: Row[Any]) -> Envelope:
+def envelope_of(row: Row[Any]) -> Envelope:
     # A row stored before store() checked broker name limits (or written by hand) is refused
     # here, with the reason: a name the broker cannot take can close the channel or, for a
     # trailing newline, hang RabbitMQ's queue.declare.

@@ -17,8 +17,16 @@ from outbox.clock import utcnow
 from outbox.metrics import DatabaseGauges
 from outbox.ops import admin, cli_repair
 from outbox.ops.check import check_broker, check_database
-from outbox.ops.cli_common import db_options, echo_json, fail, json_option, open_db, table
-from outbox.ops.parse import format_age, parse_since
+from outbox.ops.cli_common import (
+    db_options,
+    echo_json,
+    fail,
+    json_option,
+    open_db,
+    since_option,
+    table,
+)
+from outbox.ops.parse import format_age
 
 
 @click.command("metrics")
@@ -137,10 +145,7 @@ def failed_cmd(
     Exit codes: 0 printed (even an empty list), 1 the database could not be read or the
     --show row does not exist, 2 bad option.
     """
-    try:
-        since_at = parse_since(since, utcnow()) if since else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since") from None
+    since_at = since_option(since)
     engine, schema = open_db(dsn, outbox_table, inbox_table)
     try:
         if show_id is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import click
@@ -13,9 +14,11 @@ from sqlalchemy import Engine
 # Re-exported: the operator commands import their shared options from here.
 from outbox.cli_support import db_options as db_options
 from outbox.cli_support import fail as fail
+from outbox.clock import utcnow
 from outbox.config import OutboxConfig
 from outbox.dsn import make_engine
 from outbox.errors import OutboxError
+from outbox.ops.parse import parse_since
 from outbox.schema import Schema, schema_for
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,12 +44,25 @@ def retry_request(ids: tuple[int, ...], all_: bool, reason: str, actor: str | No
     return actor or getpass.getuser()
 
 
-def open_db(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, Schema]:
+def open_config(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, OutboxConfig]:
     try:
         config = OutboxConfig(outbox_table=outbox_table, inbox_table=inbox_table)
-        return make_engine(dsn), schema_for(config)
+        return make_engine(dsn), config
     except OutboxError as exc:
         fail(str(exc))
+
+
+def open_db(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, Schema]:
+    engine, config = open_config(dsn, outbox_table, inbox_table)
+    return engine, schema_for(config)
+
+
+def since_option(since: str | None) -> datetime | None:
+    """``--since`` (``2h``, ``2026-11-30T03:00``...) as a time, or a usage error naming it."""
+    try:
+        return parse_since(since, utcnow()) if since else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
 
 
 def echo_json(value: Any) -> None:

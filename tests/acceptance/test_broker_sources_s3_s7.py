@@ -20,10 +20,10 @@ from sqlalchemy import func, select, text
 
 from inbox.rules import expected_order
 from outbox import Message, inbox_table, outbox_table, states, store_many
-from outbox.serialization import DEFAULT_SERIALIZER
 from outbox.wire import Envelope
 from relay.publisher import Outgoing
 from relay.publishers import publisher_from_url
+from relay.relay import envelope_of
 from tests.acceptance.test_broker_sources import BrokerRun, broker_workers
 from tests.acceptance.test_s1_s4_ordering import S1, S1_ORDER, check_serial, max_concurrency, store
 from tests.support import services
@@ -217,21 +217,9 @@ def test_s7_worker_killed_mid_handler_holding_a_group(bed: Bed, broker: str) -> 
 
 
 def _envelope_of_the_only_row(bed: Bed) -> Envelope:
-    """The outbox row as the relay would publish it."""
+    """The outbox row as the relay publishes it (the relay's own conversion)."""
     with bed.engine.connect() as conn:
-        row = conn.execute(select(outbox_table)).one()
-    return Envelope(
-        event_id=row.event_id,
-        type=row.type,
-        queue=row.queue,
-        priority=row.priority,
-        outbox_id=row.id,
-        occurred_at=row.occurred_at,
-        body=DEFAULT_SERIALIZER.dumps(row.payload),
-        serial_group=row.serial_group,
-        key=row.key,
-        headers=dict(row.headers or {}),
-    )
+        return envelope_of(conn.execute(select(outbox_table)).one())
 
 
 def _publish_twice(broker: str, envelope: Envelope) -> None:

@@ -105,6 +105,10 @@ def envelope(
         occurred_at=datetime.now(UTC),
         body=body if body is not None else json.dumps({"mark": mark}),
         serial_group=serial_group,
+        # as store() does: the key defaults to the group, so Kafka keeps a group in one
+        # partition; without it each message lands on a random partition and a consumer
+        # apart from the outbox receives the group out of order (docs/ordering.md)
+        key=serial_group,
     )
 
 

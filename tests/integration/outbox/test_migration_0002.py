@@ -26,12 +26,12 @@ def test_upgrade_from_0001_makes_names_binary(db_factory: DatabaseFactory) -> No
             "AND column_name IN ('consumer', 'queue', 'serial_group', 'type')"
         )
         with engine.connect() as conn:
-            before = dict(conn.execute(collations).tuples().all())
+            before = dict(conn.execute(collations).all())
         assert set(before.values()) != {"utf8mb4_bin"}  # 0001 took the server's default
         with engine.begin() as conn:
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
         with engine.connect() as conn:
-            after = dict(conn.execute(collations).tuples().all())
+            after = dict(conn.execute(collations).all())
         engine.dispose()
         assert after == dict.fromkeys(before, "utf8mb4_bin")

@@ -18,6 +18,7 @@ from inbox.ops import admin
 from inbox.ops.groups import blocked_groups
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
+    audit_options,
     db_options,
     echo_json,
     fail,
@@ -137,8 +138,7 @@ def failed_cmd(
 @type_option
 @group_option
 @_opt("--dry-run", "OUTBOX_DRY_RUN", "Show what would be retried; change nothing.", is_flag=True)
-@_opt("--reason", "OUTBOX_REASON", "Why (kept in the audit table).", required=True)
-@_opt("--by", "OUTBOX_ACTOR", "Who, for the audit record. Default: $USER.", "actor")
+@audit_options
 @json_option
 def retry_cmd(
     dsn: str,

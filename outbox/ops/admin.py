@@ -1,4 +1,4 @@
-"""What the operator commands do, without click: stats, failed rows, retry, compact.
+"""What the operator commands do, without click: stats, failed rows, retry, republish, compact.
 
 Each function takes an engine, the schema and ``now``; the CLI in ``outbox.ops.cli`` only
 parses options and prints. All SQL comes from ``outbox.ops.queries``.
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Select, Update
 
 from outbox.metrics import read_snapshot
 from outbox.ops import queries as q
@@ -135,8 +135,8 @@ def show(engine: Engine, schema: Schema, row_id: int) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class RetryResult:
-    ids: list[int]  # retried (or, with dry_run, that would be)
-    not_failed: list[int]  # asked for by --id but not failed (missing, pending or sent)
+    ids: list[int]  # put back to pending (or, with dry_run, that would be)
+    not_matched: list[int]  # asked for by id but not in the status the command takes
     dry_run: bool
 
 
@@ -163,34 +163,89 @@ def retry(
     while read (SELECT ... FOR UPDATE; SQLite's write lock is taken at BEGIN) so the audit
     names exactly the rows this call changed.
     """
+    t = schema.outbox
+    return _requeue(
+        engine, schema, action="retry", now=now, reason=reason, actor=actor, ids=ids,
+        select_ids=lambda chunk: q.failed_ids(t, ids=chunk, queue=queue, type_=type_),
+        update_rows=lambda chunk: q.retry_rows(t, chunk, now),
+        dry_run=dry_run, progress=progress,
+    )  # fmt: skip
+
+
+def republish(
+    engine: Engine,
+    schema: Schema,
+    *,
+    now: datetime,
+    reason: str,
+    actor: str,
+    ids: Sequence[int] | None = None,
+    sent_since: datetime | None = None,
+    sent_until: datetime | None = None,
+    queue: str | None = None,
+    type_: str | None = None,
+    dry_run: bool = False,
+    progress: Callable[[int], None] = lambda _n: None,
+) -> RetryResult:
+    """Sent rows back to pending, due now, with one audit row: for messages a broker lost
+    after confirming them. The relay publishes them again; a consumer that had them already
+    counts a duplicate and does not run them twice (G3). ``ids=None`` needs ``sent_since``:
+    republishing every sent row ever is never what an operator means."""
+    if ids is None and sent_since is None:
+        raise ValueError("sent_since: give ids or the start of the window to republish")
+    t = schema.outbox
+    return _requeue(
+        engine, schema, action="republish", now=now, reason=reason, actor=actor, ids=ids,
+        select_ids=lambda chunk: q.sent_ids(
+            t, ids=chunk, sent_since=sent_since, sent_until=sent_until, queue=queue, type_=type_
+        ),
+        update_rows=lambda chunk: q.republish_rows(t, chunk, now),
+        dry_run=dry_run, progress=progress,
+    )  # fmt: skip
+
+
+def _requeue(
+    engine: Engine,
+    schema: Schema,
+    *,
+    action: str,
+    now: datetime,
+    reason: str,
+    actor: str,
+    ids: Sequence[int] | None,
+    select_ids: Callable[[Sequence[int] | None], Select[Any]],
+    update_rows: Callable[[Sequence[int]], Update],
+    dry_run: bool,
+    progress: Callable[[int], None],
+) -> RetryResult:
     if not reason.strip():
         raise ValueError("reason: must not be empty")
     wanted = sorted(set(ids)) if ids is not None else None
     with engine.begin() as conn:
         found: list[int] = []
         for chunk in _chunks(wanted) if wanted is not None else [None]:
-            stmt = q.failed_ids(schema.outbox, ids=chunk, queue=queue, type_=type_)
+            stmt = select_ids(chunk)
             if not dry_run and conn.dialect.name != "sqlite":
                 stmt = stmt.with_for_update()
             found.extend(int(i) for i in conn.execute(stmt).scalars())
-        not_failed = sorted(set(wanted) - set(found)) if wanted is not None else []
+        not_matched = sorted(set(wanted) - set(found)) if wanted is not None else []
         if dry_run or not found:
-            return RetryResult(found, not_failed, dry_run)
+            return RetryResult(found, not_matched, dry_run)
         for chunk in _chunks(found):
-            conn.execute(q.retry_rows(schema.outbox, chunk, now))
+            conn.execute(update_rows(chunk))
             progress(len(chunk))
         conn.execute(
             schema.audit.insert().values(
                 at=now,
                 actor=actor,
-                action="retry",
+                action=action,
                 target="outbox",
                 reason=reason,
                 row_count=len(found),
                 row_ids=json.dumps(found),
             )
         )
-    return RetryResult(found, not_failed, dry_run)
+    return RetryResult(found, not_matched, dry_run)
 
 
 @dataclass(frozen=True)

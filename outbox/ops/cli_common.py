@@ -35,10 +35,36 @@ def json_option(func: F) -> F:
     )(func)
 
 
+def audit_options(func: F) -> F:
+    """``--reason`` (required) and ``--by``: what an audited command records besides the ids."""
+    func = click.option(
+        "--by", "actor", envvar="OUTBOX_ACTOR", show_envvar=True, default=None,
+        help="Who, for the audit record. Default: the OS user.",
+    )(func)  # fmt: skip
+    return click.option(
+        "--reason", envvar="OUTBOX_REASON", show_envvar=True, required=True,
+        help="Why (kept in the audit table with who and when).",
+    )(func)  # fmt: skip
+
+
+def queue_type_options(func: F) -> F:
+    func = click.option(
+        "--type", "type_", envvar="OUTBOX_TYPE", show_envvar=True, help="Only this type."
+    )(func)
+    return click.option(
+        "--queue", envvar="OUTBOX_QUEUE", show_envvar=True, help="Only this queue."
+    )(func)
+
+
 def retry_request(ids: tuple[int, ...], all_: bool, reason: str, actor: str | None) -> str:
     """Check a retry's selection and reason (usage errors, exit 2); return who retries."""
     if bool(ids) == all_:
         raise click.UsageError("give either --id ID... or --all")
+    return audit_actor(reason, actor)
+
+
+def audit_actor(reason: str, actor: str | None) -> str:
+    """Check an audited command's ``--reason`` (usage error, exit 2); return who acts."""
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="--reason")
     return actor or getpass.getuser()
@@ -57,12 +83,12 @@ def open_db(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, Sche
     return engine, schema_for(config)
 
 
-def since_option(since: str | None) -> datetime | None:
+def since_option(since: str | None, option: str = "--since") -> datetime | None:
     """``--since`` (``2h``, ``2026-11-30T03:00``...) as a time, or a usage error naming it."""
     try:
         return parse_since(since, utcnow()) if since else None
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since") from None
+        raise click.BadParameter(str(exc), param_hint=option) from None
 
 
 def echo_json(value: Any) -> None:

@@ -1,14 +1,28 @@
-"""Operator commands that change rows: ``outbox retry`` and ``outbox compact``."""
+"""Operator commands that change rows: ``outbox retry``, ``republish`` and ``compact``."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import click
+from sqlalchemy import Engine
 
 from outbox.clock import utcnow
 from outbox.ops import admin
-from outbox.ops.cli_common import db_options, echo_json, fail, json_option, open_db, retry_request
+from outbox.ops.cli_common import (
+    audit_actor,
+    audit_options,
+    db_options,
+    echo_json,
+    fail,
+    json_option,
+    open_db,
+    queue_type_options,
+    retry_request,
+    since_option,
+)
 from outbox.ops.parse import parse_duration
 
 
@@ -22,20 +36,12 @@ from outbox.ops.parse import parse_duration
     "--all", "all_", envvar="OUTBOX_RETRY_ALL", show_envvar=True, is_flag=True,
     help="Retry every failed row (narrow with --queue/--type).",
 )  # fmt: skip
-@click.option("--queue", envvar="OUTBOX_QUEUE", show_envvar=True, help="Only this queue.")
-@click.option("--type", "type_", envvar="OUTBOX_TYPE", show_envvar=True, help="Only this type.")
+@queue_type_options
 @click.option(
     "--dry-run", envvar="OUTBOX_DRY_RUN", show_envvar=True, is_flag=True,
     help="Show which rows would be retried; change nothing.",
 )  # fmt: skip
-@click.option(
-    "--reason", envvar="OUTBOX_REASON", show_envvar=True, required=True,
-    help="Why (kept in the audit table with who and when).",
-)  # fmt: skip
-@click.option(
-    "--by", "actor", envvar="OUTBOX_ACTOR", show_envvar=True, default=None,
-    help="Who, for the audit record. Default: the OS user.",
-)  # fmt: skip
+@audit_options
 @json_option
 def retry_cmd(
     dsn: str,
@@ -60,41 +66,136 @@ def retry_cmd(
     --id and --all, empty --reason).
     """
     who = retry_request(ids, all_, reason, actor)
-    engine, schema = open_db(dsn, outbox_table, inbox_table)
-    try:
-        # The dry run first: it is --dry-run's answer, and gives the bar its length.
-        result = admin.retry(
+
+    def call(dry: bool, progress: Callable[[int], None]) -> admin.RetryResult:
+        return admin.retry(
             engine, schema, now=utcnow(), reason=reason, actor=who,
-            ids=list(ids) if ids else None, queue=queue, type_=type_, dry_run=True,
+            ids=list(ids) if ids else None, queue=queue, type_=type_, dry_run=dry,
+            progress=progress,
         )  # fmt: skip
+
+    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    _requeue(engine, call, RETRY, dry_run, as_json, who, reason)
+
+
+@click.command("republish")
+@db_options
+@click.option(
+    "--id", "ids", envvar="OUTBOX_REPUBLISH_IDS", show_envvar=True, multiple=True, type=int,
+    help="Republish this sent row (repeat; the env var takes space-separated ids).",
+)  # fmt: skip
+@click.option(
+    "--sent-since", envvar="OUTBOX_SENT_SINCE", show_envvar=True,
+    help="Republish the rows sent since this time (2h, or 2026-11-30T03:00 UTC).",
+)  # fmt: skip
+@click.option(
+    "--sent-until", envvar="OUTBOX_SENT_UNTIL", show_envvar=True,
+    help="With --sent-since: only rows sent before this time.",
+)  # fmt: skip
+@queue_type_options
+@click.option(
+    "--dry-run", envvar="OUTBOX_DRY_RUN", show_envvar=True, is_flag=True,
+    help="Show which rows would be republished; change nothing.",
+)  # fmt: skip
+@audit_options
+@json_option
+def republish_cmd(
+    dsn: str,
+    outbox_table: str,
+    inbox_table: str,
+    ids: tuple[int, ...],
+    sent_since: str | None,
+    sent_until: str | None,
+    queue: str | None,
+    type_: str | None,
+    dry_run: bool,
+    reason: str,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Put sent outbox rows back to pending, so the relay publishes them again.
+
+    For messages a broker lost after confirming them: a queue deleted or purged, a Kafka
+    topic's retention run out, a broker that lost its disk. In a job-queue deployment the
+    later messages of their serial groups wait for them (up to the consumer's delivery
+    window); this lets them go on. Consumers that had a message already count a duplicate
+    and do not run it again. Order: a republished row is published after the later rows of
+    its key that were sent meanwhile.
+
+    \b
+    Exit codes: 0 done (or nothing sent in the window), 1 an --id was not a sent row (the
+    others were still republished) or the database failed, 2 usage error (neither or both
+    of --id and --sent-since, --sent-until without --sent-since, empty --reason).
+    """
+    if bool(ids) == (sent_since is not None):
+        raise click.UsageError("give either --id ID... or --sent-since WHEN")
+    if sent_until is not None and sent_since is None:
+        raise click.UsageError("--sent-until goes with --sent-since")
+    since = since_option(sent_since, "--sent-since")
+    until = since_option(sent_until, "--sent-until")
+    who = audit_actor(reason, actor)
+
+    def call(dry: bool, progress: Callable[[int], None]) -> admin.RetryResult:
+        return admin.republish(
+            engine, schema, now=utcnow(), reason=reason, actor=who,
+            ids=list(ids) if ids else None, sent_since=since, sent_until=until,
+            queue=queue, type_=type_, dry_run=dry, progress=progress,
+        )  # fmt: skip
+
+    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    _requeue(engine, call, REPUBLISH, dry_run, as_json, who, reason)
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str  # retry
+    past: str  # retried
+    doing: str  # retrying
+    status: str  # the status the command takes rows from
+
+
+RETRY = Verb("retry", "retried", "retrying", "failed")
+REPUBLISH = Verb("republish", "republished", "republishing", "sent")
+
+
+def _requeue(
+    engine: Engine,
+    call: Callable[[bool, Callable[[int], None]], admin.RetryResult],
+    verb: Verb,
+    dry_run: bool,
+    as_json: bool,
+    who: str,
+    reason: str,
+) -> None:
+    """Run a retry or republish (a dry run first: it is --dry-run's answer and gives the
+    progress bar its length), print what it did, exit 1 if some --id did not match."""
+    try:
+        result = call(True, lambda _n: None)
         if not dry_run and result.ids:
             with click.progressbar(
-                length=len(result.ids), label="retrying", file=sys.stderr
+                length=len(result.ids), label=verb.doing, file=sys.stderr
             ) as bar:
-                result = admin.retry(
-                    engine, schema, now=utcnow(), reason=reason, actor=who,
-                    ids=list(ids) if ids else None, queue=queue, type_=type_,
-                    progress=bar.update,
-                )  # fmt: skip
+                result = call(False, bar.update)
     except Exception as exc:
-        fail(f"retry failed: {exc}")
+        fail(f"{verb.name} failed: {exc}")
     finally:
         engine.dispose()
     if as_json:
         echo_json(
-            {"ids": result.ids, "not_failed": result.not_failed, "dry_run": dry_run, "by": who}
-        )
+            {"ids": result.ids, f"not_{verb.status}": result.not_matched, "dry_run": dry_run,
+             "by": who}
+        )  # fmt: skip
     else:
-        verb = "would retry" if dry_run else "retried"
         shown = " ".join(str(i) for i in result.ids[:50])
         more = " ..." if len(result.ids) > 50 else ""
-        click.echo(f"{verb} {len(result.ids)} row(s){': ' + shown + more if shown else ''}")
+        done = f"would {verb.name}" if dry_run else verb.past
+        click.echo(f"{done} {len(result.ids)} row(s){': ' + shown + more if shown else ''}")
         if result.ids and not dry_run:
-            click.echo(f"audit: retry by {who}: {reason}")
-    if result.not_failed:
+            click.echo(f"audit: {verb.name} by {who}: {reason}")
+    if result.not_matched:
         click.echo(
-            "error: not retried (no such row, not failed, or outside --queue/--type): "
-            + " ".join(str(i) for i in result.not_failed),
+            f"error: not {verb.past} (no such row, not {verb.status}, or outside the filters): "
+            + " ".join(str(i) for i in result.not_matched),
             err=True,
         )
         sys.exit(1)
@@ -156,4 +257,4 @@ def compact_cmd(
         )
 
 
-commands: list[click.Command] = [retry_cmd, compact_cmd]
+commands: list[click.Command] = [retry_cmd, republish_cmd, compact_cmd]

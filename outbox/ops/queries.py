@@ -167,6 +167,43 @@ def retry_rows(t: Table, ids: Sequence[int], now: datetime) -> Update:
     )
 
 
+# ---- republish
+
+
+def sent_ids(
+    t: Table,
+    *,
+    ids: Sequence[int] | None = None,
+    sent_since: datetime | None = None,
+    sent_until: datetime | None = None,
+    queue: str | None = None,
+    type_: str | None = None,
+) -> Select[Any]:
+    """The sent rows a republish would touch, in id order (for --dry-run and the audit)."""
+    conditions: list[ColumnElement[bool]] = [t.c.status == states.SENT]
+    if ids is not None:
+        conditions.append(t.c.id.in_(list(ids)))
+    if sent_since is not None:
+        conditions.append(t.c.sent_at >= sent_since)
+    if sent_until is not None:
+        conditions.append(t.c.sent_at < sent_until)
+    if queue is not None:
+        conditions.append(t.c.queue == queue)
+    if type_ is not None:
+        conditions.append(t.c.type == type_)
+    return select(t.c.id).where(*conditions).order_by(t.c.id)
+
+
+def republish_rows(t: Table, ids: Sequence[int], now: datetime) -> Update:
+    """Back to pending, due now: the relay publishes them again. Conditional on ``sent``
+    (compaction may have deleted a row meanwhile; a row is never put back twice)."""
+    return (
+        update(t)
+        .where(t.c.id.in_(list(ids)), t.c.status == states.SENT)
+        .values(status=states.PENDING, attempts=0, available_at=now, sent_at=None)
+    )
+
+
 # ---- compact
 
 

@@ -91,7 +91,7 @@ def test_retry_resets_failed_rows_and_writes_the_audit(engine: Engine) -> None:
         engine, SCHEMA, now=NOW, reason="smtp fixed", actor="alice", ids=[f1, pending, sent, 777]
     )
     assert result.ids == [f1]
-    assert result.not_failed == [pending, sent, 777]
+    assert result.not_matched == [pending, sent, 777]
     with engine.connect() as conn:
         rows = statuses(conn)
         assert rows[f1] == (states.PENDING, 0)

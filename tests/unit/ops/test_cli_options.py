@@ -9,7 +9,7 @@ import pytest
 from outbox.cli import main
 from outbox.ops.cli import commands
 
-NAMES = ["metrics", "stats", "failed", "retry", "compact", "check"]
+NAMES = ["metrics", "stats", "failed", "retry", "republish", "compact", "check"]
 
 
 def test_the_commands_are_registered_on_outbox() -> None:
@@ -31,7 +31,7 @@ def test_help_documents_exit_codes(command: click.Command) -> None:
     assert "Exit codes:" in (command.help or "")
 
 
-@pytest.mark.parametrize("name", ["stats", "failed", "retry", "compact", "check"])
+@pytest.mark.parametrize("name", ["stats", "failed", "retry", "republish", "compact", "check"])
 def test_listing_commands_have_json(name: str) -> None:
     command = next(c for c in commands if c.name == name)
     assert "--json" in {opt for p in command.params for opt in p.opts}

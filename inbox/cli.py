@@ -10,6 +10,7 @@ import sys
 import click
 
 from inbox.cli_ops import commands as ops_commands
+from inbox.cli_repair import commands as repair_commands
 from inbox.consumer import Consumer
 from outbox import dsn as dsn_mod
 from outbox.cli_support import DSN_HELP
@@ -170,26 +171,6 @@ def inbox_group() -> None:
     """Inspect and repair the inbox."""
 
 
-@inbox_group.command()
-@click.argument("group")
-@click.option("--consumer", required=True, envvar="OUTBOX_CONSUMER", show_envvar=True)
-@click.option("--dsn", envvar="OUTBOX_DSN", show_envvar=True, required=True, help=DSN_HELP)
-def unblock(group: str, consumer: str, dsn: str) -> None:
-    """Release GROUP, halted by a dead message (on_dead="halt"); its next message runs."""
-    from inbox.admin import unblock as unblock_group
-
-    try:
-        engine = dsn_mod.make_engine(dsn)
-        released = unblock_group(engine, consumer, group)
-        engine.dispose()
-    except OutboxError as exc:
-        _fail(str(exc))
-    if released:
-        click.echo(f"group {group!r} of consumer {consumer!r} released")
-    else:
-        click.echo(f"group {group!r} of consumer {consumer!r} was not halted")
-
-
-for _command in ops_commands:  # failed, retry, prune, groups
+for _command in [*ops_commands, *repair_commands]:  # failed, prune, groups; retry, unblock
     inbox_group.add_command(_command)
 commands.extend([worker, inbox_group])

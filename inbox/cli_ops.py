@@ -1,4 +1,5 @@
-"""``outbox inbox failed | retry | prune | groups`` (registered on ``inbox_group``).
+"""``outbox inbox failed | prune | groups`` (registered on ``inbox_group``; retry and unblock
+are in ``inbox.cli_repair``).
 
 Every option reads an environment variable; listing commands have ``--json``; progress bars
 go to stderr (a bar on a terminal, the label once otherwise) so ``--json`` stays parseable;
@@ -9,38 +10,23 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
+from inbox.cli_options import consumer_option, group_option, opt, type_option
 from inbox.ops import admin
 from inbox.ops.groups import blocked_groups
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
-    audit_options,
     db_options,
     echo_json,
     fail,
     json_option,
     open_config,
-    retry_request,
     since_option,
     table,
 )
 from outbox.ops.parse import format_age, parse_duration
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _opt(name: str, env: str, help_: str, *decls: str, **kwargs: Any) -> Callable[[F], F]:
-    """An option that reads ``env`` and shows it in --help."""
-    return click.option(name, *decls, envvar=env, show_envvar=True, help=help_, **kwargs)
-
-
-consumer_option = _opt("--consumer", "OUTBOX_CONSUMER", "Only this consumer.")
-type_option = _opt("--type", "OUTBOX_TYPE", "Only this message type.", "type_")
-group_option = _opt("--group", "OUTBOX_GROUP", "Only this serial group.")
 
 
 def _first_line(text: str | None, width: int = 80) -> str:
@@ -52,13 +38,13 @@ def _first_line(text: str | None, width: int = 80) -> str:
 @consumer_option
 @type_option
 @group_option
-@_opt("--error-like", "OUTBOX_ERROR_LIKE", "Only rows whose last_error contains this text.")
-@_opt("--since", "OUTBOX_SINCE", "Only rows that died since: a duration back (2h, 7d) or ISO time.")
-@_opt(
+@opt("--error-like", "OUTBOX_ERROR_LIKE", "Only rows whose last_error contains this text.")
+@opt("--since", "OUTBOX_SINCE", "Only rows that died since: a duration back (2h, 7d) or ISO time.")
+@opt(
     "--limit", "OUTBOX_LIMIT", "At most this many rows.", default=100, show_default=True,
     type=click.IntRange(1, 100000),
 )  # fmt: skip
-@_opt(
+@opt(
     "--show", "OUTBOX_INBOX_SHOW",
     "Show one inbox row whole: payload, headers, attempts, last_error, event_id, consumer, "
     "group.", "show_id", type=int,
@@ -123,129 +109,18 @@ def failed_cmd(
     click.echo(f"{len(rows)} dead row(s)" + (" (limit reached)" if len(rows) == limit else ""))
 
 
-@click.command("retry")
-@db_options
-@_opt(
-    "--id", "OUTBOX_INBOX_RETRY_IDS",
-    "Retry this dead inbox row (repeat; the env var takes space-separated ids).",
-    "ids", multiple=True, type=int,
-)  # fmt: skip
-@_opt(
-    "--all", "OUTBOX_INBOX_RETRY_ALL",
-    "Retry every dead row (narrow with --consumer/--type/--group).", "all_", is_flag=True,
-)  # fmt: skip
-@consumer_option
-@type_option
-@group_option
-@_opt("--dry-run", "OUTBOX_DRY_RUN", "Show what would be retried; change nothing.", is_flag=True)
-@audit_options
-@json_option
-def retry_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
-    ids: tuple[int, ...],
-    all_: bool,
-    consumer: str | None,
-    type_: str | None,
-    group: str | None,
-    dry_run: bool,
-    reason: str,
-    actor: str | None,
-    as_json: bool,
-) -> None:
-    """Put dead inbox rows (failed or halted) back in line as ready: attempts reset, due now.
-
-    A retried row goes back in its serial group's line by its (priority, seq): it runs
-    before the group's later messages (after one already running). Only dead rows are
-    touched (conditional UPDATE). Audit: one record per 200 rows in <outbox-table>_audit,
-    target "inbox", keeping each row's state, attempts and last_error.
-
-    A halted row (on_dead="halt") is released by its retry: its group goes on with that
-    row in its place, first, as if it had not failed. To let the group go on WITHOUT it,
-    use `outbox inbox unblock GROUP --consumer NAME` instead (the row stays failed; retry
-    it later). A row whose group is halted by another row waits behind that one: the
-    output names it.
-
-    \b
-    Exit codes: 0 done (or nothing matched --all), 1 an --id was not a dead row (the
-    others were still retried) or the database failed, 2 usage error (neither or both of
-    --id and --all, empty --reason).
-    """
-    who = retry_request(ids, all_, reason, actor)
-    engine, config = open_config(dsn, outbox_table, inbox_table)
-    args: dict[str, Any] = {
-        "reason": reason, "actor": who, "config": config, "ids": list(ids) if ids else None,
-        "consumer": consumer, "type_": type_, "group": group,
-    }  # fmt: skip
-    try:
-        # The dry run first: it is --dry-run's answer, and gives the bar its length.
-        result = admin.retry(engine, now=utcnow(), dry_run=True, **args)
-        if not dry_run and result.ids:
-            with click.progressbar(length=len(result.ids), label="retrying", file=sys.stderr) as b:
-                result = admin.retry(engine, now=utcnow(), progress=b.update, **args)
-    except Exception as exc:
-        fail(f"inbox retry failed: {exc}")
-    finally:
-        engine.dispose()
-    _print_retry(result, dry_run, who, reason, as_json)
-    if result.not_retried:
-        click.echo(
-            "error: not retried (no such row, not failed/halted, or outside the filters): "
-            + " ".join(str(i) for i in result.not_retried),
-            err=True,
-        )
-        sys.exit(1)
-
-
-def _print_retry(
-    result: admin.RetryResult, dry_run: bool, who: str, reason: str, as_json: bool
-) -> None:
-    def ref(g: admin.GroupRef) -> dict[str, Any]:
-        return {"consumer": g.consumer, "group": g.group, "halted_by": g.row_id}
-
-    if as_json:
-        echo_json(
-            {
-                "ids": result.ids, "not_retried": result.not_retried, "dry_run": dry_run,
-                "by": who, "released": [ref(g) for g in result.released],
-                "still_halted": [ref(g) for g in result.still_halted], "notes": result.notes,
-            }
-        )  # fmt: skip
-        return
-    shown = " ".join(str(i) for i in result.ids[:50]) + (" ..." if len(result.ids) > 50 else "")
-    click.echo(f"{'would retry' if dry_run else 'retried'} {len(result.ids)} row(s)"
-               + (f": {shown}" if shown else ""))  # fmt: skip
-    for g in result.released:
-        verb = "would release" if dry_run else "released"
-        click.echo(
-            f"{verb} group {g.group!r} of consumer {g.consumer!r}, halted by row {g.row_id}: "
-            "that row runs first, in its (priority, seq) place"
-        )
-    for g in result.still_halted:
-        click.echo(
-            f"note: group {g.group!r} of consumer {g.consumer!r} stays halted by row "
-            f"{g.row_id}: the retried rows wait behind it. Retry {g.row_id} too, or "
-            f"`outbox inbox unblock {g.group} --consumer {g.consumer}`"
-        )
-    for note in result.notes:
-        click.echo(f"note: {note}")
-    if result.ids and not dry_run:
-        click.echo(f"audit: retry by {who}: {reason}")
-
-
 @click.command("prune")
 @db_options
-@_opt(
+@opt(
     "--older-than", "OUTBOX_INBOX_PRUNE_OLDER_THAN",
     "Delete done rows finished longer ago than this (30d, 12h, 2w).", required=True,
 )  # fmt: skip
 @consumer_option
-@_opt(
+@opt(
     "--batch", "OUTBOX_INBOX_PRUNE_BATCH", "Rows per delete transaction.", default=10000,
     show_default=True, type=click.IntRange(1, admin.MAX_PRUNE_BATCH),
 )  # fmt: skip
-@_opt("--dry-run", "OUTBOX_DRY_RUN", "Count what would be deleted; delete nothing.", is_flag=True)
+@opt("--dry-run", "OUTBOX_DRY_RUN", "Count what would be deleted; delete nothing.", is_flag=True)
 @json_option
 def prune_cmd(
     dsn: str,
@@ -317,7 +192,7 @@ def prune_cmd(
 @click.command("groups")
 @db_options
 @consumer_option
-@_opt(
+@opt(
     "--limit", "OUTBOX_LIMIT", "At most this many groups.", default=100, show_default=True,
     type=click.IntRange(1, 100000),
 )  # fmt: skip
@@ -365,4 +240,4 @@ def groups_cmd(
     click.echo(f"{len(reports)} group(s)" + (" (limit reached)" if len(reports) == limit else ""))
 
 
-commands: list[click.Command] = [failed_cmd, retry_cmd, prune_cmd, groups_cmd]
+commands: list[click.Command] = [failed_cmd, prune_cmd, groups_cmd]

@@ -1,4 +1,4 @@
-"""What ``outbox inbox failed | retry | prune`` do, without click.
+"""What ``outbox inbox failed | retry | unblock | prune`` do, without click.
 
 Each function takes an engine, the config (table names) and ``now``; ``inbox.cli_ops`` only
 parses options and prints. All SQL comes from ``inbox.ops.queries``.
@@ -161,7 +161,9 @@ def retry(
     )
 
 
-def _audit(rows: Sequence[Any], now: datetime, actor: str, reason: str) -> dict[str, Any]:
+def _audit(
+    rows: Sequence[Any], now: datetime, actor: str, reason: str, action: str = "retry"
+) -> dict[str, Any]:
     """One audit record: target ``inbox``; ``row_ids`` lists, per row, what the retry erased
     or will overwrite: its state, attempts and last_error."""
     detail = [
@@ -174,9 +176,55 @@ def _audit(rows: Sequence[Any], now: datetime, actor: str, reason: str) -> dict[
         for r in rows
     ]
     return {
-        "at": now, "actor": actor, "action": "retry", "target": "inbox", "reason": reason,
+        "at": now, "actor": actor, "action": action, "target": "inbox", "reason": reason,
         "row_count": len(rows), "row_ids": json.dumps(detail),
     }  # fmt: skip
+
+
+# ---- unblock -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnblockResult:
+    halted: list[
+        int
+    ]  # the row that halted the group, now failed (dry run: would be); [] = not halted
+    dry_run: bool
+    promoted: int = 0  # 1 when the group's next message was made ready at once
+    notes: list[str] = field(default_factory=list)
+
+
+def unblock(
+    engine: Engine,
+    *,
+    now: datetime,
+    reason: str,
+    actor: str,
+    consumer: str,
+    group: str,
+    config: OutboxConfig = DEFAULT_CONFIG,
+    dry_run: bool = False,
+) -> UnblockResult:
+    """Let a group halted by a dead message (``on_dead="halt"``) go on without it: the halted
+    row becomes ``failed`` (``retry`` runs it again later), with an audit record keeping its
+    attempts and last_error, in one transaction; then the group's next message is made ready.
+    ``inbox.unblock`` is the same without the audit record, for code."""
+    if not reason.strip():
+        raise ValueError("reason: must not be empty")
+    table = schema_for(config).inbox
+    audit = schema_for(config).audit
+    with engine.begin() as conn:
+        stmt = q.halted_in_group(table, consumer, group)
+        if not dry_run and conn.dialect.name != "sqlite":
+            stmt = stmt.with_for_update()
+        found = conn.execute(stmt).all()
+        ids = [int(r.id) for r in found]
+        if dry_run or not found:
+            return UnblockResult(ids, dry_run)
+        conn.execute(q.unblock_rows(table, ids))
+        conn.execute(audit.insert().values(**_audit(found, now, actor, reason, "unblock")))
+    promoted, notes = _promote(engine, config, [GroupRef(consumer, group, ids[0])])
+    return UnblockResult(ids, dry_run, promoted, notes)
 
 
 def _halted_groups(

@@ -68,8 +68,8 @@ def explain(
             halted,
             f"halted by dead message {halted.id}",
             f"`outbox inbox retry --id {halted.id} --reason ...` runs it again in its place; "
-            f"`outbox inbox unblock {group} --consumer {consumer}` lets the group go on "
-            "without it",
+            f"`outbox inbox unblock {group} --consumer {consumer} --reason ...` lets the group go "
+            "on without it",
         )
     if holders:
         running = holders[0]

@@ -127,6 +127,24 @@ def halted_rows(t: Table, consumer: str | None) -> Select[Any]:
     return stmt.where(c.consumer == consumer) if consumer is not None else stmt
 
 
+def halted_in_group(t: Table, consumer: str, group: str) -> Select[Any]:
+    """The row that halts (consumer, group), with what the audit keeps of it (none: not halted)."""
+    c = t.c
+    return (
+        select(c.id, c.consumer, c.serial_group, c.state, c.attempts, c.last_error)
+        .where(c.consumer == consumer, c.serial_group == group, c.state == states.HALTED)
+        .order_by(c.id)
+    )
+
+
+def unblock_rows(t: Table, ids: Sequence[int]) -> Update:
+    """Halted -> failed: the row stays dead (retry it later), the group goes on without it."""
+    c = t.c
+    return (
+        sql_update(t).where(c.id.in_(list(ids)), c.state == states.HALTED).values(state=states.DEAD)
+    )
+
+
 def retry_rows(t: Table, ids: Sequence[int], state: str, now: datetime) -> Update:
     """Back in line as ``ready``: attempts reset, due now, no claim, not finished.
 

@@ -33,7 +33,18 @@ def test_unblock_releases_a_halted_group(bed: Bed) -> None:
     assert wait_all([worker], 60) == [0]
     assert started_order(bed.events()) == ["dead"]  # halted: "next" did not run
     result = CliRunner().invoke(
-        main, ["inbox", "unblock", "grp", "--consumer", "test-consumer", "--dsn", bed.dsn]
+        main,
+        [
+            "inbox",
+            "unblock",
+            "grp",
+            "--consumer",
+            "test-consumer",
+            "--dsn",
+            bed.dsn,
+            "--reason",
+            "INC-1",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "released" in result.output

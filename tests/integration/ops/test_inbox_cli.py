@@ -1,4 +1,5 @@
-"""``outbox inbox failed | retry | prune | groups`` on every database.
+"""``outbox inbox failed | retry | prune | groups`` on every database (unblock:
+``test_inbox_unblock.py``).
 
 Commands run in-process through click's runner (fast). Two tests run them as an operator
 does, ``outbox`` processes with the DSN in the environment: the masked database error, and
@@ -21,7 +22,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.engine import URL
 
 from inbox.cli import inbox_group
-from inbox.cli_ops import commands
+from inbox.cli_ops import commands as ops_commands
+from inbox.cli_repair import commands as repair_commands
 from outbox import states
 from outbox.cli import main
 from tests.integration.inbox.helpers import make_kit, rows, store_jobs
@@ -59,7 +61,7 @@ def audits(engine: Engine) -> list[Any]:
 
 def test_registered_on_inbox_with_env_vars_exit_codes_and_json() -> None:
     assert {"failed", "retry", "prune", "groups", "unblock"} <= set(inbox_group.commands)
-    for command in commands:
+    for command in [*ops_commands, *repair_commands]:
         assert inbox_group.commands[str(command.name)] is command
         assert "Exit codes:" in (command.help or ""), command.name
         opts = {o for p in command.params for o in p.opts}

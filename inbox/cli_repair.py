@@ -1,0 +1,206 @@
+"""``outbox inbox retry | unblock``: the inbox commands that change rows, each with an audit
+record (registered on ``inbox_group``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from inbox.cli_options import consumer_option, group_option, opt, type_option
+from inbox.ops import admin
+from outbox.clock import utcnow
+from outbox.ops.cli_common import (
+    audit_actor,
+    audit_options,
+    db_options,
+    echo_json,
+    fail,
+    json_option,
+    open_config,
+    retry_request,
+)
+
+
+@click.command("retry")
+@db_options
+@opt(
+    "--id", "OUTBOX_INBOX_RETRY_IDS",
+    "Retry this dead inbox row (repeat; the env var takes space-separated ids).",
+    "ids", multiple=True, type=int,
+)  # fmt: skip
+@opt(
+    "--all", "OUTBOX_INBOX_RETRY_ALL",
+    "Retry every dead row (narrow with --consumer/--type/--group).", "all_", is_flag=True,
+)  # fmt: skip
+@consumer_option
+@type_option
+@group_option
+@opt("--dry-run", "OUTBOX_DRY_RUN", "Show what would be retried; change nothing.", is_flag=True)
+@audit_options
+@json_option
+def retry_cmd(
+    dsn: str,
+    outbox_table: str,
+    inbox_table: str,
+    ids: tuple[int, ...],
+    all_: bool,
+    consumer: str | None,
+    type_: str | None,
+    group: str | None,
+    dry_run: bool,
+    reason: str,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Put dead inbox rows (failed or halted) back in line as ready: attempts reset, due now.
+
+    A retried row goes back in its serial group's line by its (priority, seq): it runs
+    before the group's later messages (after one already running). Only dead rows are
+    touched (conditional UPDATE). Audit: one record per 200 rows in <outbox-table>_audit,
+    target "inbox", keeping each row's state, attempts and last_error.
+
+    A halted row (on_dead="halt") is released by its retry: its group goes on with that
+    row in its place, first, as if it had not failed. To let the group go on WITHOUT it,
+    use `outbox inbox unblock GROUP --consumer NAME --reason R` instead (the row stays failed; retry
+    it later). A row whose group is halted by another row waits behind that one: the
+    output names it.
+
+    \b
+    Exit codes: 0 done (or nothing matched --all), 1 an --id was not a dead row (the
+    others were still retried) or the database failed, 2 usage error (neither or both of
+    --id and --all, empty --reason).
+    """
+    who = retry_request(ids, all_, reason, actor)
+    engine, config = open_config(dsn, outbox_table, inbox_table)
+    args: dict[str, Any] = {
+        "reason": reason, "actor": who, "config": config, "ids": list(ids) if ids else None,
+        "consumer": consumer, "type_": type_, "group": group,
+    }  # fmt: skip
+    try:
+        # The dry run first: it is --dry-run's answer, and gives the bar its length.
+        result = admin.retry(engine, now=utcnow(), dry_run=True, **args)
+        if not dry_run and result.ids:
+            with click.progressbar(length=len(result.ids), label="retrying", file=sys.stderr) as b:
+                result = admin.retry(engine, now=utcnow(), progress=b.update, **args)
+    except Exception as exc:
+        fail(f"inbox retry failed: {exc}")
+    finally:
+        engine.dispose()
+    _print_retry(result, dry_run, who, reason, as_json)
+    if result.not_retried:
+        click.echo(
+            "error: not retried (no such row, not failed/halted, or outside the filters): "
+            + " ".join(str(i) for i in result.not_retried),
+            err=True,
+        )
+        sys.exit(1)
+
+
+def _print_retry(
+    result: admin.RetryResult, dry_run: bool, who: str, reason: str, as_json: bool
+) -> None:
+    def ref(g: admin.GroupRef) -> dict[str, Any]:
+        return {"consumer": g.consumer, "group": g.group, "halted_by": g.row_id}
+
+    if as_json:
+        echo_json(
+            {
+                "ids": result.ids, "not_retried": result.not_retried, "dry_run": dry_run,
+                "by": who, "released": [ref(g) for g in result.released],
+                "still_halted": [ref(g) for g in result.still_halted], "notes": result.notes,
+            }
+        )  # fmt: skip
+        return
+    shown = " ".join(str(i) for i in result.ids[:50]) + (" ..." if len(result.ids) > 50 else "")
+    click.echo(f"{'would retry' if dry_run else 'retried'} {len(result.ids)} row(s)"
+               + (f": {shown}" if shown else ""))  # fmt: skip
+    for g in result.released:
+        verb = "would release" if dry_run else "released"
+        click.echo(
+            f"{verb} group {g.group!r} of consumer {g.consumer!r}, halted by row {g.row_id}: "
+            "that row runs first, in its (priority, seq) place"
+        )
+    for g in result.still_halted:
+        click.echo(
+            f"note: group {g.group!r} of consumer {g.consumer!r} stays halted by row "
+            f"{g.row_id}: the retried rows wait behind it. Retry {g.row_id} too, or "
+            f"`outbox inbox unblock {g.group} --consumer {g.consumer} --reason ...`"
+        )
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if result.ids and not dry_run:
+        click.echo(f"audit: retry by {who}: {reason}")
+
+
+@click.command("unblock")
+@click.argument("group")
+@db_options
+@opt("--consumer", "OUTBOX_CONSUMER", "The consumer whose group is halted.", required=True)
+@opt("--dry-run", "OUTBOX_DRY_RUN", "Show the row that halts the group; change nothing.",
+     is_flag=True)  # fmt: skip
+@audit_options
+@json_option
+def unblock_cmd(
+    group: str,
+    dsn: str,
+    outbox_table: str,
+    inbox_table: str,
+    consumer: str,
+    dry_run: bool,
+    reason: str,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Let GROUP, halted by a dead message (on_dead="halt"), go on WITHOUT that message.
+
+    The halted row becomes failed (`outbox inbox retry --id N` runs it again later, in its
+    place if the group has not moved past it) and the group's next message runs. To run the
+    dead message again first instead, retry it: that releases the group too. Audit: one
+    record in <outbox-table>_audit, target "inbox", keeping the row's attempts and
+    last_error.
+
+    \b
+    Exit codes: 0 released (or, with --dry-run, would be), 1 the group is not halted (a
+    mistyped group or consumer name?) or the database failed, 2 usage error (empty --reason).
+    """
+    who = audit_actor(reason, actor)
+    engine, config = open_config(dsn, outbox_table, inbox_table)
+    try:
+        result = admin.unblock(
+            engine, now=utcnow(), reason=reason, actor=who, consumer=consumer, group=group,
+            config=config, dry_run=dry_run,
+        )  # fmt: skip
+    except Exception as exc:
+        fail(f"inbox unblock failed: {exc}")
+    finally:
+        engine.dispose()
+    halted_by = result.halted[0] if result.halted else None
+    if as_json:
+        echo_json(
+            {"consumer": consumer, "group": group, "halted_by": halted_by, "released":
+             bool(result.halted) and not dry_run, "dry_run": dry_run, "by": who,
+             "notes": result.notes}
+        )  # fmt: skip
+    elif halted_by is not None:
+        verb = "would release" if dry_run else "released"
+        click.echo(
+            f"{verb} group {group!r} of consumer {consumer!r}, halted by row {halted_by}: "
+            f"the group goes on without it; row {halted_by} {'would stay' if dry_run else 'stays'}"
+            f" failed (`outbox inbox retry --id {halted_by}` to run it again)"
+        )
+        for note in result.notes:
+            click.echo(f"note: {note}")
+        if not dry_run:
+            click.echo(f"audit: unblock by {who}: {reason}")
+    if halted_by is None:
+        click.echo(
+            f"error: group {group!r} of consumer {consumer!r} is not halted "
+            "(`outbox inbox groups` lists the blocked groups)",
+            err=True,
+        )
+        sys.exit(1)
+
+
+commands: list[click.Command] = [retry_cmd, unblock_cmd]

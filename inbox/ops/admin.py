@@ -22,6 +22,7 @@ from inbox.consumer import Consumer
 from inbox.ingest import wake_payload
 from inbox.ops import queries as q
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.ops.admin import locking_reads
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.ops")
@@ -132,7 +133,7 @@ def retry(
         raise ValueError("reason: must not be empty")
     schema = schema_for(config)
     wanted = sorted(set(ids)) if ids is not None else None
-    with engine.begin() as conn:
+    with locking_reads(engine) as conn, conn.begin():
         found: list[Any] = []
         for chunk in _chunks(wanted, ID_CHUNK) if wanted is not None else [None]:
             stmt = q.dead_rows(schema.inbox, ids=chunk, consumer=consumer, type_=type_, group=group)
@@ -213,7 +214,7 @@ def unblock(
         raise ValueError("reason: must not be empty")
     table = schema_for(config).inbox
     audit = schema_for(config).audit
-    with engine.begin() as conn:
+    with locking_reads(engine) as conn, conn.begin():
         stmt = q.halted_in_group(table, consumer, group)
         if not dry_run and conn.dialect.name != "sqlite":
             stmt = stmt.with_for_update()
@@ -221,7 +222,8 @@ def unblock(
         ids = [int(r.id) for r in found]
         if dry_run or not found:
             return UnblockResult(ids, dry_run)
-        conn.execute(q.unblock_rows(table, ids))
+        # the code API's statement (inbox.unblock), narrowed to the row read and audited
+        conn.execute(core_queries.unblock(table, consumer, group).where(table.c.id.in_(ids)))
         conn.execute(audit.insert().values(**_audit(found, now, actor, reason, "unblock")))
     promoted, notes = _promote(engine, config, [GroupRef(consumer, group, ids[0])])
     return UnblockResult(ids, dry_run, promoted, notes)

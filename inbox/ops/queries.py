@@ -137,14 +137,6 @@ def halted_in_group(t: Table, consumer: str, group: str) -> Select[Any]:
     )
 
 
-def unblock_rows(t: Table, ids: Sequence[int]) -> Update:
-    """Halted -> failed: the row stays dead (retry it later), the group goes on without it."""
-    c = t.c
-    return (
-        sql_update(t).where(c.id.in_(list(ids)), c.state == states.HALTED).values(state=states.DEAD)
-    )
-
-
 def retry_rows(t: Table, ids: Sequence[int], state: str, now: datetime) -> Update:
     """Back in line as ``ready``: attempts reset, due now, no claim, not finished.
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Select, Update
+from sqlalchemy import Connection, Engine, Select, Update
 
 from outbox.metrics import read_snapshot
 from outbox.ops import queries as q
@@ -140,6 +140,20 @@ class RetryResult:
     dry_run: bool
 
 
+def locking_reads(engine: Engine) -> Connection:
+    """A connection for SELECT ... FOR UPDATE over a range the operator chose.
+
+    MySQL/MariaDB: READ COMMITTED. Under InnoDB's default REPEATABLE READ a locking read locks
+    every row and gap it scans, not only the rows that match: selecting failed or sent rows
+    would hold the gaps where producers insert new pending rows and where the relay marks
+    rows sent, stalling both until the operator's transaction ends (the relay runs READ
+    COMMITTED for the same reason). PostgreSQL is READ COMMITTED already; SQLite has one
+    writer whatever the level."""
+    if engine.dialect.name in ("mysql", "mariadb"):
+        return engine.connect().execution_options(isolation_level="READ COMMITTED")
+    return engine.connect()
+
+
 def _chunks(ids: Sequence[int], size: int = ID_CHUNK) -> list[Sequence[int]]:
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
@@ -221,7 +235,7 @@ def _requeue(
     if not reason.strip():
         raise ValueError("reason: must not be empty")
     wanted = sorted(set(ids)) if ids is not None else None
-    with engine.begin() as conn:
+    with locking_reads(engine) as conn, conn.begin():
         found: list[int] = []
         for chunk in _chunks(wanted) if wanted is not None else [None]:
             stmt = select_ids(chunk)
@@ -275,7 +289,8 @@ def compact(
 ) -> CompactResult:
     """Delete sent rows with ``sent_at < before``, ``batch`` rows per short transaction.
 
-    Pending and failed rows are never touched (the delete re-checks ``status = 'sent'``).
+    Pending and failed rows are never touched (the delete re-checks ``status = 'sent'`` and
+    ``sent_at``).
     """
     if not 1 <= batch <= MAX_COMPACT_BATCH:
         raise ValueError(f"batch: must be between 1 and {MAX_COMPACT_BATCH}, got {batch}")
@@ -290,7 +305,7 @@ def compact(
                 break
             n = 0
             for chunk in _chunks(ids):
-                n += conn.execute(q.compact_delete(schema.outbox, chunk)).rowcount
+                n += conn.execute(q.compact_delete(schema.outbox, chunk, before)).rowcount
         deleted += n
         batches += 1
         progress(n)

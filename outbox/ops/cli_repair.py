@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import click
 from sqlalchemy import Engine
@@ -75,7 +76,7 @@ def retry_cmd(
         )  # fmt: skip
 
     engine, schema = open_db(dsn, outbox_table, inbox_table)
-    _requeue(engine, call, RETRY, dry_run, as_json, who, reason)
+    _requeue(engine, call, RETRY, dry_run, as_json, who, reason, {})
 
 
 @click.command("republish")
@@ -118,22 +119,37 @@ def republish_cmd(
     For messages a broker lost after confirming them: a queue deleted or purged, a Kafka
     topic's retention run out, a broker that lost its disk. In a job-queue deployment the
     later messages of their serial groups wait for them (up to the consumer's delivery
-    window); this lets them go on. Consumers that had a message already count a duplicate
-    and do not run it again. Order: a republished row is published after the later rows of
-    its key that were sent meanwhile.
+    window); this lets them go on. A consumer that still has a message in its inbox counts
+    a duplicate and does not run it again; one whose inbox row was pruned (`outbox inbox
+    prune`) runs it again: republish only what is younger than your inbox retention.
+    Pointless with the database source (nothing is lost between outbox and inbox).
+
+    The window is [--sent-since, --sent-until), --sent-until defaulting to now; the resolved
+    times are printed. Prefer absolute times: a row republished and sent again gets a new
+    sent time, so an open window run twice takes it twice (harmless, duplicates). Order: a
+    republished row is published after the later rows of its key sent meanwhile.
 
     \b
     Exit codes: 0 done (or nothing sent in the window), 1 an --id was not a sent row (the
     others were still republished) or the database failed, 2 usage error (neither or both
-    of --id and --sent-since, --sent-until without --sent-since, empty --reason).
+    of --id and --sent-since, --sent-until without --sent-since or not after it, empty
+    --reason).
     """
+    sent_since, sent_until = sent_since or None, sent_until or None  # empty env var = unset
     if bool(ids) == (sent_since is not None):
         raise click.UsageError("give either --id ID... or --sent-since WHEN")
     if sent_until is not None and sent_since is None:
         raise click.UsageError("--sent-until goes with --sent-since")
     since = since_option(sent_since, "--sent-since")
-    until = since_option(sent_until, "--sent-until")
+    until = since_option(sent_until, "--sent-until") or (utcnow() if since else None)
+    if since is not None and until is not None and until <= since:
+        raise click.BadParameter(
+            f"{until.isoformat()} is not after --sent-since {since.isoformat()}",
+            param_hint="--sent-until",
+        )
     who = audit_actor(reason, actor)
+    if since is not None and until is not None and not as_json:
+        click.echo(f"window: sent from {since.isoformat()} to {until.isoformat()} (UTC)")
 
     def call(dry: bool, progress: Callable[[int], None]) -> admin.RetryResult:
         return admin.republish(
@@ -143,7 +159,12 @@ def republish_cmd(
         )  # fmt: skip
 
     engine, schema = open_db(dsn, outbox_table, inbox_table)
-    _requeue(engine, call, REPUBLISH, dry_run, as_json, who, reason)
+    window = (
+        {"sent_since": since.isoformat(), "sent_until": until.isoformat()}
+        if since is not None and until is not None
+        else {}
+    )
+    _requeue(engine, call, REPUBLISH, dry_run, as_json, who, reason, window)
 
 
 @dataclass(frozen=True)
@@ -166,6 +187,7 @@ def _requeue(
     as_json: bool,
     who: str,
     reason: str,
+    extra: dict[str, Any],
 ) -> None:
     """Run a retry or republish (a dry run first: it is --dry-run's answer and gives the
     progress bar its length), print what it did, exit 1 if some --id did not match."""
@@ -183,7 +205,7 @@ def _requeue(
     if as_json:
         echo_json(
             {"ids": result.ids, f"not_{verb.status}": result.not_matched, "dry_run": dry_run,
-             "by": who}
+             "by": who, **extra}
         )  # fmt: skip
     else:
         shown = " ".join(str(i) for i in result.ids[:50])

@@ -223,10 +223,11 @@ def compact_batch_ids(t: Table, before: datetime, batch: int) -> Select[Any]:
     )
 
 
-def compact_delete(t: Table, ids: Sequence[int]) -> Delete:
-    # Re-check the status: a row cannot leave ``sent`` today, but a delete that trusts a list
-    # read earlier must never take a failed or pending row with it.
-    return delete(t).where(t.c.id.in_(list(ids)), t.c.status == states.SENT)
+def compact_delete(t: Table, ids: Sequence[int], before: datetime) -> Delete:
+    # Re-check what made the row compactable: between the read of the ids and this delete,
+    # ``outbox republish`` may have put a row back to pending and the relay sent it again
+    # (a fresh ``sent_at``, and in flight for job-queue consumers): it must not go.
+    return delete(t).where(t.c.id.in_(list(ids)), t.c.status == states.SENT, t.c.sent_at < before)
 
 
 def count_compactable(t: Table, before: datetime) -> Select[Any]:

@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 
 from outbox import states
 from tests.integration.inbox.helpers import make_kit, rows, store_jobs
+from tests.integration.ops.inbox_rows import inbox_row, inbox_states
 from tests.integration.ops.test_inbox_cli import audits, inbox, out_json
 
 
@@ -66,3 +67,28 @@ def test_unblock_of_a_group_that_is_not_halted_is_an_error(dsn: str, engine: Eng
     assert usage.exit_code == 2 and "--reason" in usage.stderr
     missing = inbox(dsn, "unblock", "g", "--reason", "r")
     assert missing.exit_code == 2 and "--consumer" in missing.stderr
+
+
+def test_unblock_releases_only_the_named_group_of_the_named_consumer(
+    dsn: str, engine: Engine
+) -> None:
+    with engine.begin() as conn:
+        target = inbox_row(conn, state=states.HALTED, group="g", seq=1, last_error="E1")
+        other_group = inbox_row(conn, state=states.HALTED, group="h", seq=2, last_error="E2")
+        other_consumer = inbox_row(
+            conn, state=states.HALTED, consumer="c2", group="g", seq=3, last_error="E3"
+        )
+    answer = out_json(inbox(dsn, "unblock", "g", "--consumer", "c1", "--reason", "r", "--json"))
+    assert (answer["halted_by"], answer["released"], answer["dry_run"]) == (target, True, False)
+    assert inbox_states_of(engine, target, other_group, other_consumer) == [
+        states.DEAD, states.HALTED, states.HALTED,
+    ]  # fmt: skip
+    again = inbox(dsn, "unblock", "g", "--consumer", "c1", "--reason", "r", "--json")
+    assert again.exit_code == 1
+    assert json.loads(again.stdout)["halted_by"] is None
+
+
+def inbox_states_of(engine: Engine, *ids: int) -> list[str]:
+    with engine.connect() as conn:
+        found = inbox_states(conn)
+    return [found[i][0] for i in ids]

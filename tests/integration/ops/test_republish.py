@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pika
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, create_engine, select, text, update
 
 from outbox import Message, states, store_many
+from outbox.ops import admin
 from relay.publishers import publisher_from_url
 from relay.relay import Relay, RelaySettings
 from tests.integration.ops.rows import SCHEMA, outbox_row
@@ -29,23 +30,26 @@ from tests.integration.relay.publishers_fixtures import unique
 from tests.support import services
 from tests.support.workers import Bed, completed_order, wait_for
 
-NOW = datetime.now(UTC)
-OLD = NOW - timedelta(days=2)
-
 
 @pytest.fixture
 def sent_rows(engine: Engine) -> dict[str, int]:
+    # Times taken now, not at import: the CLI's "1h" is measured from its own clock.
+    now = datetime.now(UTC)
+    old = now - timedelta(days=2)
     with engine.begin() as conn:
         return {
-            "old": outbox_row(conn, status=states.SENT, occurred_at=OLD, sent_at=OLD, attempts=1),
+            "old": outbox_row(conn, status=states.SENT, occurred_at=old, sent_at=old, attempts=1),
             "recent": outbox_row(
-                conn, status=states.SENT, occurred_at=NOW, sent_at=NOW, attempts=2
+                conn, status=states.SENT, occurred_at=now, sent_at=now, attempts=2
             ),
             "recent_sms": outbox_row(
-                conn, status=states.SENT, occurred_at=NOW, sent_at=NOW, type_="sms"
+                conn, status=states.SENT, occurred_at=now, sent_at=now, type_="sms"
             ),
-            "pending": outbox_row(conn, occurred_at=NOW),
-            "failed": outbox_row(conn, status=states.FAILED, occurred_at=NOW, attempts=5),
+            "other_queue": outbox_row(
+                conn, status=states.SENT, occurred_at=now, sent_at=now, queue="billing"
+            ),
+            "pending": outbox_row(conn, occurred_at=now),
+            "failed": outbox_row(conn, status=states.FAILED, occurred_at=now, attempts=5),
         }
 
 
@@ -58,22 +62,30 @@ def _status(engine: Engine) -> dict[int, tuple[str, int, datetime | None]]:
 
 def test_republish_by_window_and_by_id(dsn: str, engine: Engine, sent_rows: dict[str, int]) -> None:
     before = _status(engine)
-    dry = run(dsn, "republish", "--sent-since", "1h", "--dry-run", "--json", "--reason", "look")
+    dry = run(
+        dsn, "republish", "--sent-since", "1h", "--queue", "mail", "--dry-run", "--json",
+        "--reason", "look",
+    )  # fmt: skip
     assert dry.returncode == 0, dry.stderr
-    assert json.loads(dry.stdout)["ids"] == [sent_rows["recent"], sent_rows["recent_sms"]]
+    answer = json.loads(dry.stdout)
+    assert answer["ids"] == [sent_rows["recent"], sent_rows["recent_sms"]]
+    # the resolved window is said, its end "now" by default
+    since, until = (datetime.fromisoformat(answer[k]) for k in ("sent_since", "sent_until"))
+    assert timedelta(minutes=59) < until - since < timedelta(minutes=61)
     assert _status(engine) == before  # a dry run changes nothing ...
     with engine.connect() as conn:
         assert conn.execute(select(SCHEMA.audit)).first() is None  # ... and audits nothing
 
     out = run(
-        dsn, "republish", "--sent-since", "1h", "--type", "send", "--reason", "queue purged",
-        OUTBOX_ACTOR="oncall-ann",
+        dsn, "republish", "--sent-since", "1h", "--queue", "mail", "--type", "send",
+        "--reason", "queue purged", OUTBOX_ACTOR="oncall-ann", OUTBOX_SENT_UNTIL="",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("window: sent from ")
     assert f"republished 1 row(s): {sent_rows['recent']}" in out.stdout
     after = _status(engine)
     assert after[sent_rows["recent"]] == (states.PENDING, 0, None)
-    for untouched in ("old", "recent_sms", "pending", "failed"):
+    for untouched in ("old", "recent_sms", "other_queue", "pending", "failed"):
         assert after[sent_rows[untouched]] == before[sent_rows[untouched]], untouched
     with engine.connect() as conn:
         audit = conn.execute(select(SCHEMA.audit)).one()._mapping
@@ -94,13 +106,17 @@ def test_republish_by_window_and_by_id(dsn: str, engine: Engine, sent_rows: dict
     assert _status(engine)[sent_rows["old"]] == (states.PENDING, 0, None)
 
 
-def test_republish_window_end_and_usage_errors(dsn: str, sent_rows: dict[str, int]) -> None:
+def test_republish_window_end_and_usage_errors(
+    dsn: str, engine: Engine, sent_rows: dict[str, int]
+) -> None:
     until = run(
         dsn, "republish", "--sent-since", "7d", "--sent-until", "1d", "--dry-run", "--json",
         "--reason", "r",
     )  # fmt: skip
     assert until.returncode == 0, until.stderr
     assert json.loads(until.stdout)["ids"] == [sent_rows["old"]]
+    with pytest.raises(ValueError, match="sent_since"):  # the function refuses "everything"
+        admin.republish(engine, SCHEMA, now=datetime.now(UTC), reason="r", actor="a")
 
     for args, named in (
         (["--reason", "r"], "--sent-since"),  # neither --id nor a window
@@ -108,10 +124,49 @@ def test_republish_window_end_and_usage_errors(dsn: str, sent_rows: dict[str, in
         (["--sent-until", "1h", "--id", "1", "--reason", "r"], "--sent-until"),
         (["--sent-since", "yesterday", "--reason", "r"], "--sent-since"),
         (["--sent-since", "1h", "--reason", "  "], "--reason"),
+        (["--sent-since", "1h", "--sent-until", "2h", "--reason", "r"], "--sent-until"),
+        (["--sent-since", "", "--reason", "r"], "--sent-since"),  # empty = not given
     ):
         out = run(dsn, "republish", *args)
         assert out.returncode == 2, (args, out.stdout, out.stderr)
         assert named in out.stderr, (args, out.stderr)
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mariadb"], indirect=True)
+def test_producers_and_the_relay_go_on_while_a_republish_is_open(
+    engine: Engine, sent_rows: dict[str, int]
+) -> None:
+    """A window republish reads with FOR UPDATE. Under InnoDB's REPEATABLE READ that locks
+    every gap it scans, i.e. where producers insert pending rows and where the relay marks
+    rows sent: both would wait for the operator's transaction. The progress callback runs
+    inside that transaction: a store() and a relay-like mark-sent must commit from there."""
+    other = create_engine(engine.url)
+    done: list[str] = []
+
+    def meanwhile(_n: int) -> None:
+        with other.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL lock_timeout = '3s'"))
+            else:
+                conn.execute(text("SET SESSION innodb_lock_wait_timeout = 3"))
+            # the most urgent-last pending row: its index entry sits next to the sent range
+            store_many(conn, [Message("mail", "send", {"n": 9}, priority=9)])
+            conn.execute(
+                update(SCHEMA.outbox)
+                .where(SCHEMA.outbox.c.id == sent_rows["pending"])
+                .values(status=states.SENT, sent_at=datetime.now(UTC))
+            )
+        done.append("committed")
+
+    try:
+        result = admin.republish(
+            engine, SCHEMA, now=datetime.now(UTC), reason="r", actor="a",
+            sent_since=datetime.now(UTC) - timedelta(hours=1), progress=meanwhile,
+        )  # fmt: skip
+    finally:
+        other.dispose()
+    assert done == ["committed"]
+    assert result.ids == [sent_rows["recent"], sent_rows["recent_sms"], sent_rows["other_queue"]]
 
 
 # --- end to end: the broker lost a confirmed message ------------------------------------------

@@ -110,6 +110,9 @@ class TcpProxy:
             except OSError:
                 client.close()
                 continue
+            # The 5 s were for connecting. Left on the socket, a broker quiet for 5 s (an idle
+            # relay between heartbeats) made recv() time out and the pump drop the connection.
+            upstream.settimeout(None)
             with self._lock:
                 self._sockets += [client, upstream]
             for src, dst in ((client, upstream), (upstream, client)):

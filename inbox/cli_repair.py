@@ -176,11 +176,11 @@ def unblock_cmd(
         fail(f"inbox unblock failed: {exc}")
     finally:
         engine.dispose()
-    halted_by = result.halted[0] if result.halted else None
+    halted_by = result.halted_by
     if as_json:
         echo_json(
             {"consumer": consumer, "group": group, "halted_by": halted_by, "released":
-             bool(result.halted) and not dry_run, "dry_run": dry_run, "by": who,
+             halted_by is not None and not dry_run, "dry_run": dry_run, "by": who,
              "notes": result.notes}
         )  # fmt: skip
     elif halted_by is not None:

@@ -187,9 +187,7 @@ def _audit(
 
 @dataclass(frozen=True)
 class UnblockResult:
-    halted: list[
-        int
-    ]  # the row that halted the group, now failed (dry run: would be); [] = not halted
+    halted_by: int | None  # the row that halted the group, now failed (dry run: would be)
     dry_run: bool
     promoted: int = 0  # 1 when the group's next message was made ready at once
     notes: list[str] = field(default_factory=list)
@@ -212,21 +210,21 @@ def unblock(
     ``inbox.unblock`` is the same without the audit record, for code."""
     if not reason.strip():
         raise ValueError("reason: must not be empty")
-    table = schema_for(config).inbox
-    audit = schema_for(config).audit
+    schema = schema_for(config)
+    table = schema.inbox
     with locking_reads(engine) as conn, conn.begin():
         stmt = q.halted_in_group(table, consumer, group)
         if not dry_run and conn.dialect.name != "sqlite":
             stmt = stmt.with_for_update()
-        found = conn.execute(stmt).all()
-        ids = [int(r.id) for r in found]
-        if dry_run or not found:
-            return UnblockResult(ids, dry_run)
+        # A halted row holds its group, so a group has one at most.
+        row = conn.execute(stmt).first()
+        if dry_run or row is None:
+            return UnblockResult(None if row is None else int(row.id), dry_run)
         # the code API's statement (inbox.unblock), narrowed to the row read and audited
-        conn.execute(core_queries.unblock(table, consumer, group).where(table.c.id.in_(ids)))
-        conn.execute(audit.insert().values(**_audit(found, now, actor, reason, "unblock")))
-    promoted, notes = _promote(engine, config, [GroupRef(consumer, group, ids[0])])
-    return UnblockResult(ids, dry_run, promoted, notes)
+        conn.execute(core_queries.unblock(table, consumer, group).where(table.c.id == row.id))
+        conn.execute(schema.audit.insert().values(**_audit([row], now, actor, reason, "unblock")))
+    promoted, notes = _promote(engine, config, [GroupRef(consumer, group, int(row.id))])
+    return UnblockResult(int(row.id), dry_run, promoted, notes)
 
 
 def _halted_groups(

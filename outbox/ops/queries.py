@@ -90,16 +90,17 @@ def inbox_duplicates(t: Table) -> Select[Any]:
 # ---- failed / retry
 
 
-def _failed_filter(
+def _rows_filter(
     t: Table,
     *,
+    status: str = states.FAILED,
     queue: str | None = None,
     type_: str | None = None,
     error_like: str | None = None,
     since: datetime | None = None,
     ids: Sequence[int] | None = None,
 ) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = [t.c.status == states.FAILED]
+    conditions: list[ColumnElement[bool]] = [t.c.status == status]
     if queue is not None:
         conditions.append(t.c.queue == queue)
     if type_ is not None:
@@ -134,7 +135,7 @@ def list_failed(
             t.c.occurred_at,
             t.c.last_error,
         )
-        .where(*_failed_filter(t, queue=queue, type_=type_, error_like=error_like, since=since))
+        .where(*_rows_filter(t, queue=queue, type_=type_, error_like=error_like, since=since))
         .order_by(t.c.id)
         .limit(limit)
     )
@@ -153,7 +154,7 @@ def failed_ids(
 ) -> Select[Any]:
     """The failed rows a retry would touch, in id order (for --dry-run and the audit)."""
     return (
-        select(t.c.id).where(*_failed_filter(t, queue=queue, type_=type_, ids=ids)).order_by(t.c.id)
+        select(t.c.id).where(*_rows_filter(t, queue=queue, type_=type_, ids=ids)).order_by(t.c.id)
     )
 
 
@@ -180,17 +181,11 @@ def sent_ids(
     type_: str | None = None,
 ) -> Select[Any]:
     """The sent rows a republish would touch, in id order (for --dry-run and the audit)."""
-    conditions: list[ColumnElement[bool]] = [t.c.status == states.SENT]
-    if ids is not None:
-        conditions.append(t.c.id.in_(list(ids)))
+    conditions = _rows_filter(t, status=states.SENT, queue=queue, type_=type_, ids=ids)
     if sent_since is not None:
         conditions.append(t.c.sent_at >= sent_since)
     if sent_until is not None:
         conditions.append(t.c.sent_at < sent_until)
-    if queue is not None:
-        conditions.append(t.c.queue == queue)
-    if type_ is not None:
-        conditions.append(t.c.type == type_)
     return select(t.c.id).where(*conditions).order_by(t.c.id)
 
 

@@ -4,9 +4,11 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Parallel test processes (pytest-xdist): each has its own databases, broker names and ports.
+TEST_WORKERS ?= 4
 BROKER ?=
 
-.PHONY: install demo test test-unit lint format bench services clean
+.PHONY: install demo test test-fast test-unit lint format bench services clean
 
 install: $(STAMP)
 
@@ -27,7 +29,13 @@ services:
 
 test: install services
 	bash scripts/ensure-promtool.sh
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The inner loop: tests/unit and the integration tests on SQLite (those that also publish
+# to a broker still need RabbitMQ; Kafka is started by the fixtures).
+test-fast: install
+	bash scripts/ensure-promtool.sh
+	$(BIN)/pytest -n 2 --dist worksteal tests/unit tests/integration -k "unit or sqlite" $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -43,6 +43,23 @@ if ! wait_port 127.0.0.1 5672 1; then
   wait_port 127.0.0.1 5672 120 || { echo "RabbitMQ did not start"; status=1; }
 fi
 
+# The parallel suite (make test: TEST_WORKERS processes, each starting relays and workers with
+# their own pools) needs more connections than PostgreSQL's default 100: peaks of 80-90 were
+# seen with 4 processes. Raise it once on the local cluster (ALTER SYSTEM, then a restart);
+# a later run finds it set and does nothing.
+PG_MIN_CONNECTIONS=${PG_MIN_CONNECTIONS:-300}
+current=$(psql -h 127.0.0.1 -U postgres -tAc "SHOW max_connections" postgres 2>/dev/null || echo "")
+if [ -n "$current" ] && (( current < PG_MIN_CONNECTIONS )); then
+  if command -v pg_ctlcluster >/dev/null 2>&1; then
+    echo "ensure-services: PostgreSQL max_connections is $current; setting $PG_MIN_CONNECTIONS (ALTER SYSTEM) and restarting it"
+    psql -h 127.0.0.1 -U postgres -qc "ALTER SYSTEM SET max_connections = $PG_MIN_CONNECTIONS" postgres
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main restart || true
+    wait_port 127.0.0.1 5432 60 || { echo "PostgreSQL did not come back"; status=1; }
+  else
+    echo "ensure-services: PostgreSQL max_connections is $current (< $PG_MIN_CONNECTIONS) and this is no local Debian cluster: run make test with TEST_WORKERS=2"
+  fi
+fi
+
 # The databases the tests use must exist (trust auth / root without password).
 psql -h 127.0.0.1 -U postgres -tAc "SELECT 1" postgres >/dev/null 2>&1 || {
   echo "PostgreSQL does not accept postgres@127.0.0.1 (trust auth expected)"; status=1; }

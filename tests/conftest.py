@@ -17,6 +17,23 @@ from outbox.dsn import make_engine
 from tests.support.databases import DIALECTS, DatabaseFactory
 from tests.support.kafka import KafkaBroker
 
+# ci_skips: under CI=true a skip fails the run; pytester: the test of that hook.
+pytest_plugins = ["tests.support.ci_skips", "pytester"]
+
+
+# The longest tests first: under pytest-xdist (``make test``) the last test to start then
+# is a short one, and the run does not end waiting on one worker's 80-second scenario.
+_FIRST = ("tests/faults/", "tests/acceptance/", "tests/property/", "tests/integration/")
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid
+    return next((i for i, prefix in enumerate(_FIRST) if path.startswith(prefix)), len(_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_rank)  # stable: file order is kept inside each directory
+
 
 @pytest.fixture(scope="session")
 def db_factories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DatabaseFactory]]:

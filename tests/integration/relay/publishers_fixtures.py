@@ -251,10 +251,8 @@ class RabbitMQCase(BrokerCase):
         self.exchanges: list[str] = []
 
     def _module(self) -> Any:
-        try:
-            from relay.publishers import rabbitmq
-        except ImportError as exc:  # pragma: no cover - R's module not there yet
-            pytest.skip(f"relay.publishers.rabbitmq missing: {exc}")
+        from relay.publishers import rabbitmq
+
         return rabbitmq
 
     def publisher(self, **options: Any) -> Publisher:

@@ -27,6 +27,7 @@ from tests.integration.relay.helpers import (
     unique_queue,
     wait_for,
 )
+from tests.support import services
 
 CONF = Path(__file__).resolve().parents[3] / "deploy" / "supervisord.conf"
 BIN = Path(sys.executable).parent
@@ -37,7 +38,7 @@ def test_two_relays_under_supervisord(
     engine: Engine, dsn: str, rabbit_names: list[str], tmp_path: Path
 ) -> None:
     if not (BIN / "supervisord").exists():
-        pytest.skip("supervisord not installed in the venv")
+        services.missing("supervisord", f"not in {BIN} (pip supervisor, a test dependency)")
     queue = unique_queue()
     rabbit_names.append(f"{queue}_1")
     conf = tmp_path / "supervisord.conf"

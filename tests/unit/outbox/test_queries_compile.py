@@ -46,6 +46,17 @@ def test_mysql_insert_counts_conflicts() -> None:
 
 
 def test_helpers_compile_everywhere() -> None:
+    ids = [uuid4(), uuid4()]
     for dialect in (postgresql.dialect(), mysql.dialect(), sqlite.dialect()):
-        str(queries.existing_event_ids(outbox_table, [uuid4()]).compile(dialect=dialect))
-        str(queries.delete_events(outbox_table, [uuid4()]).compile(dialect=dialect))
+        compiled = queries.existing_event_ids(outbox_table, ids).compile(dialect=dialect)
+        sql = " ".join(str(compiled).split())
+        assert sql.startswith("SELECT outbox.event_id FROM outbox WHERE outbox.event_id IN")
+        assert "outbox.store_conflicts >" in sql, sql
+        # only the conflicting ones: the caller reports these as duplicates
+        params = compiled.construct_params()
+        assert 0 in params.values(), params
+
+        compiled = queries.delete_events(outbox_table, ids).compile(dialect=dialect)
+        sql = " ".join(str(compiled).split())
+        assert sql.startswith("DELETE FROM outbox WHERE outbox.event_id IN"), sql
+        assert "store_conflicts" not in sql

@@ -2,5 +2,6 @@
 
 from inbox.admin import unblock
 from inbox.consumer import Consumer, Handler, InboxMessage, QueuePolicy
+from outbox.backoff import Backoff
 
-__all__ = ["Consumer", "Handler", "InboxMessage", "QueuePolicy", "unblock"]
+__all__ = ["Backoff", "Consumer", "Handler", "InboxMessage", "QueuePolicy", "unblock"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 
@@ -16,6 +15,7 @@ from outbox import dsn as dsn_mod
 from outbox.cli_support import DSN_HELP
 from outbox.cli_support import fail as _fail
 from outbox.errors import OutboxError
+from outbox.logs import configure_logging, log_options
 
 commands: list[click.Command] = []
 
@@ -93,10 +93,11 @@ def load_consumer(target: str) -> Consumer:
     "--metrics-port",
     envvar="OUTBOX_METRICS_PORT",
     show_envvar=True,
-    type=click.IntRange(min=0, max=65535),
+    type=click.IntRange(1, 65535),
     default=None,
     help="Serve Prometheus metrics (inbox_processed_total, handler and end-to-end seconds, "
-    "duplicates, and the inbox gauges of the database) on this port.",
+    "duplicates, and the inbox gauges of the database) on this port. Default: no "
+    "metrics server.",
 )
 @click.option(
     "--metrics-host",
@@ -106,7 +107,7 @@ def load_consumer(target: str) -> Consumer:
     show_default=True,
     help="Address the metrics server binds.",
 )
-@click.option("--log-level", envvar="OUTBOX_LOG_LEVEL", show_envvar=True, default="INFO")
+@log_options
 def worker(
     target: str,
     dsn: str,
@@ -119,6 +120,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     log_level: str,
+    library_log_level: str,
 ) -> None:
     """Run CONSUMER's handlers: receive, dedupe into the inbox, run each message once.
 
@@ -127,9 +129,9 @@ def worker(
     from inbox.sources import source_from_url
     from inbox.worker import Worker, WorkerOptions
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    # The consumer's package logs at our level: its handlers' lines are the operator's own.
+    package = target.partition(":")[0].split(".")[0]
+    configure_logging(log_level, library_log_level, ours=[package])
     consumer = load_consumer(target)
     unknown = sorted(set(queues) - set(consumer.queues))
     if unknown:
@@ -151,8 +153,19 @@ def worker(
         )
         if metrics_port is not None:
             from outbox.metrics import serve
+            from outbox.schema import schema_for
 
-            serve(metrics_port, engine, host=metrics_host, outbox=False, inbox=True)
+            serve(
+                metrics_port,
+                engine,
+                host=metrics_host,
+                schema=schema_for(config),
+                outbox=False,
+                inbox=True,
+                queues=chosen,
+                priorities=range(config.min_priority, config.max_priority + 1),
+                consumer=consumer.name,
+            )
         options = WorkerOptions(
             concurrency=concurrency,
             poll_interval=poll_interval,

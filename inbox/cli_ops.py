@@ -201,7 +201,8 @@ def groups_cmd(
     dsn: str, outbox_table: str, inbox_table: str, consumer: str | None, limit: int, as_json: bool
 ) -> None:
     """Serial groups that are blocked or waiting, longest-held first: the row everyone
-    waits for (the head: id, type, priority, state), why, and how many rows wait.
+    waits for (the head: id, type, priority, state), why, and how many rows wait (ready,
+    waiting, or still in the outbox).
 
     \b
     Why is one of:
@@ -212,6 +213,12 @@ def groups_cmd(
       waiting for outbox row N          ahead in the group, not delivered yet
       waiting: head not yet promoted    the head-of-group pass does it
       head N is ready                   waiting for a worker
+
+    \b
+    When the database also holds the outbox, a group whose rows are all still pending
+    there (no consumer has received them: no relay or database-source worker running, or
+    stored with a delay) is listed once, with CONSUMER "-" (null in --json): "waiting for
+    outbox row N: not delivered to any consumer yet" (or "not due until T").
 
     \b
     Exit codes: 0 printed (even an empty list), 1 the database could not be read,
@@ -232,8 +239,8 @@ def groups_cmd(
     for r in reports:
         h = r.head or {}
         rows.append(
-            [r.consumer, r.group, str(h.get("id", "-")), str(h.get("state", "-")),
-             str(h.get("priority", "-")), str(h.get("type", "-")), str(r.waiting),
+            [r.consumer or "-", r.group, str(h.get("id", "-")), str(h.get("state", "-")),
+             str(h.get("priority", "-")), str(h.get("type", "-")), str(r.in_line),
              format_age((now - r.since).total_seconds()), r.why]
         )  # fmt: skip
     table(["CONSUMER", "GROUP", "HEAD", "STATE", "PRIO", "TYPE", "WAITING", "HELD", "WHY"], rows)

@@ -53,7 +53,9 @@ class Consumer:
     ``on_retry``: while a group's head waits out a retry backoff, "block" the group (order
     kept) or "skip" to the next message. ``on_dead``: a dead head lets the group "continue" or
     "halt"s it until ``inbox.unblock``. ``permanent_errors``: exception classes that fail a
-    message at once. ``visibility_timeout``: seconds a claim lives without a heartbeat.
+    message at once. ``backoff``: the delay before a retry (``outbox.backoff.Backoff``:
+    exponential with full jitter by default; ``jitter="none"`` or ``Backoff.fixed(s)`` for a
+    predictable one). ``visibility_timeout``: seconds a claim lives without a heartbeat.
     ``group_lock_timeout``: seconds to wait for a group lock before trying later.
     ``delivery_window``: with a broker, outbox rows sent this many seconds ago or less and not
     yet received still hold their group (job-queue deployment).
@@ -99,6 +101,11 @@ class Consumer:
         ):
             if not value > 0:
                 raise ConfigError(f"{label}: must be positive, got {value!r}")
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise ConfigError(
+                f"backoff: expected an outbox.backoff.Backoff (e.g. Backoff(1, 300), "
+                f"Backoff.fixed(10)), got {backoff!r}"
+            )
         for error in permanent_errors:
             if not (isinstance(error, type) and issubclass(error, BaseException)):
                 raise ConfigError(f"permanent_errors: {error!r} is not an exception class")

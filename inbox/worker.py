@@ -22,9 +22,9 @@ from inbox import queries
 from inbox.claims import Claimer
 from inbox.consumer import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
-from inbox.runner import Runner
+from inbox.runner import DONE, LOST, Runner
 from inbox.source import Source
-from outbox import metrics
+from outbox import metrics, states
 from outbox.backoff import outage_delay
 
 log = logging.getLogger("inbox.worker")
@@ -66,12 +66,15 @@ class Worker:
         self.source_empty = False
         self.last_busy = time.monotonic()
         self.processed: dict[str, int] = {}
+        self.duplicates = 0
+        self.exit_reason = "stopped"
         self._lock = threading.Lock()
 
     # --- lifecycle --------------------------------------------------------------------------
 
     def run(self, install_signals: bool = True) -> int:
-        """Run until SIGTERM/SIGINT, the time limit, or idle (with stop_when_idle). Returns 0."""
+        """Run until SIGTERM/SIGINT, the time limit, or idle (with stop_when_idle). Returns 0.
+        Logs a one-line summary on the way out."""
         if install_signals:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -98,6 +101,7 @@ class Worker:
                 limit = self.options.time_limit
                 if limit is not None and now - started >= limit:
                     log.info("time limit of %ss reached", limit)
+                    self.exit_reason = "time limit"
                     break
                 if now - last_pass >= self.options.head_pass_interval:
                     last_pass = now
@@ -112,6 +116,7 @@ class Worker:
                     idle_seen = idle_seen + 1 if idle else 0
                     if idle_seen >= 2:
                         log.info("idle: stopping")
+                        self.exit_reason = "idle"
                         break
         finally:
             self.stop.set()
@@ -119,10 +124,25 @@ class Worker:
             self.source.close()
             for thread in threads:
                 thread.join()
+            log.info("%s", self.summary(time.monotonic() - started))
         return 0
 
+    def summary(self, seconds: float) -> str:
+        """What this run did, in one line (halted counts as failed: both are dead)."""
+        with self._lock:
+            counts = dict(self.processed)
+            duplicates = self.duplicates
+        done, retry = counts.get(DONE, 0), counts.get(states.RETRY, 0)
+        failed = counts.get(states.DEAD, 0) + counts.get(states.HALTED, 0)
+        return (
+            f"worker {self.consumer.name} exiting ({self.exit_reason}): "
+            f"{done + retry + failed} processed ({done} done, {retry} retry, {failed} failed), "
+            f"{duplicates} duplicates, {counts.get(LOST, 0)} claims lost, ran {seconds:.1f}s"
+        )
+
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %s: finishing running handlers", signum)
+        self.exit_reason = signal.Signals(signum).name
+        log.info("%s: finishing running handlers", self.exit_reason)
         self.stop.set()
         self.claim_wake.set()
 
@@ -196,6 +216,8 @@ class Worker:
 
     def _ingested(self, result: IngestResult) -> None:
         if result.duplicates:
+            with self._lock:
+                self.duplicates += result.duplicates
             # Counted per consumer: one ingest batch mixes queues and priorities.
             metrics.default().duplicate(self.consumer.name, "", 0, result.duplicates)
         if result.inserted:

@@ -16,12 +16,14 @@ consumers, which is nobody's business outside the host.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
 from outbox.ops.gauges import (
@@ -48,7 +50,8 @@ __all__ = [
     "GAUGES_REFRESH_SECONDS", "INBOX_FAILED_COUNT", "INBOX_GROUP_BLOCKED_SECONDS",
     "INBOX_PROCESSING_COUNT", "INBOX_WAITING_COUNT", "IN_PROCESS_NAMES", "PENDING_COUNT",
     "PENDING_SECONDS", "RESULTS", "DatabaseGauges", "InboxGauge", "Metrics", "MetricsServer",
-    "OutboxGauge", "Snapshot", "default", "read_snapshot", "serve", "start_metrics_server",
+    "OutboxGauge", "Snapshot", "default", "install", "read_snapshot", "serve",
+    "start_metrics_server",
 ]  # fmt: skip
 
 # The in-process names (SPEC 2); the database gauges' names come from outbox.ops.gauges.
@@ -92,60 +95,110 @@ ALL_NAMES: Final = (*IN_PROCESS_NAMES, *DATABASE_GAUGE_NAMES)
 class Metrics:
     """The in-process counters and histograms, registered on one registry.
 
-    Build one per process (``default()`` gives the shared one on prometheus-client's global
-    registry); tests build their own on a fresh ``CollectorRegistry``.
+    ``relay`` / ``worker``: which half to register now (``export`` adds one later). Build one
+    per process (``default()`` gives the shared one for prometheus-client's global registry);
+    tests build their own on a fresh ``CollectorRegistry``.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        relay: bool = True,
+        worker: bool = True,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
+        # Built unregistered, so every method works in any process; ``export`` puts a half on
+        # the registry. A worker that exported the relay's histogram would show a relay
+        # batch count of 0 on every worker instance.
         qp = ("queue", "priority")
-        self._published = Counter(PUBLISHED_TOTAL, "Messages the broker confirmed.", qp, registry=r)
+        self._published = Counter(
+            PUBLISHED_TOTAL, "Messages the broker confirmed.", qp, registry=None
+        )
         self._publish_errors = Counter(
             PUBLISH_ERRORS_TOTAL,
             "Messages whose publish failed (broker down, refused, timed out).",
             qp,
-            registry=r,
+            registry=None,
         )
         self._batch = Histogram(
             RELAY_BATCH_SECONDS,
             "Time of one relay batch: fetch, publish, confirm, mark sent.",
-            registry=r,
+            registry=None,
             buckets=DURATION_BUCKETS,
         )
         self._delivery_lag = Histogram(
             DELIVERY_LAG_SECONDS,
             "From the store (occurred_at) to the broker's confirm.",
             qp,
-            registry=r,
+            registry=None,
             buckets=LATENCY_BUCKETS,
         )
         self._processed = Counter(
             INBOX_PROCESSED_TOTAL,
             "Handler runs by result (done, retry, failed).",
             ("consumer", "queue", "priority", "result"),
-            registry=r,
+            registry=None,
         )
         self._duplicates = Counter(
             INBOX_DUPLICATES_TOTAL,
             "Duplicate deliveries absorbed (acknowledged, never re-run).",
             ("consumer", "queue", "priority"),
-            registry=r,
+            registry=None,
         )
         self._handler = Histogram(
             INBOX_HANDLER_SECONDS,
             "Handler run time, its transaction's commit included.",
             ("consumer", "queue", "priority"),
-            registry=r,
+            registry=None,
             buckets=DURATION_BUCKETS,
         )
         self._end_to_end = Histogram(
             INBOX_END_TO_END_SECONDS,
             "From the store (occurred_at) to the handler's commit.",
             ("consumer", "queue", "priority"),
-            registry=r,
+            registry=None,
             buckets=LATENCY_BUCKETS,
         )
+        self._relay_half: tuple[Collector, ...] = (
+            self._published, self._publish_errors, self._batch, self._delivery_lag,
+        )  # fmt: skip
+        self._worker_half: tuple[Collector, ...] = (
+            self._processed, self._duplicates, self._handler, self._end_to_end,
+        )  # fmt: skip
+        self._exported: set[Collector] = set()
+        self._lock = threading.Lock()
+        self.export(relay=relay, worker=worker)
+
+    def export(self, *, relay: bool = False, worker: bool = False) -> None:
+        """Put the relay's and/or the worker's metrics on the registry (idempotent)."""
+        chosen = (self._relay_half if relay else ()) + (self._worker_half if worker else ())
+        with self._lock:
+            for collector in chosen:
+                if collector not in self._exported:
+                    self.registry.register(collector)
+                    self._exported.add(collector)
+
+    def expect_relay(self, labels: Iterable[tuple[str, int]]) -> None:
+        """Export 0 for these (queue, priority) before the first publish: a series that only
+        appears with its first increment hides that increment from rate() and shows "No data"
+        instead of 0."""
+        for queue, priority in labels:
+            self._published.labels(queue, str(priority))
+            self._publish_errors.labels(queue, str(priority))
+
+    def expect_worker(
+        self, consumer: str, queues: Iterable[str], priorities: Iterable[int]
+    ) -> None:
+        """Export 0 for the consumer's (queue, priority, result) before its first message."""
+        levels = [str(p) for p in priorities]
+        for queue in queues:
+            for priority in levels:
+                for result in RESULTS:
+                    self._processed.labels(consumer, queue, priority, result)
+        # The worker counts duplicates per consumer (one received batch mixes queues and
+        # priorities), under queue "" and priority 0.
+        self._duplicates.labels(consumer, "", "0")
 
     # ---- relay
 
@@ -185,9 +238,10 @@ class Metrics:
 
 @lru_cache(maxsize=1)
 def default() -> Metrics:
-    """The process's metrics on prometheus-client's global registry (built on first use,
-    not at import)."""
-    return Metrics(REGISTRY)
+    """The process's metrics for prometheus-client's global registry (built on first use,
+    not at import). Nothing is on the registry until ``serve`` (or ``export``) chooses the
+    relay's and/or the worker's half."""
+    return Metrics(REGISTRY, relay=False, worker=False)
 
 
 # ---- database-derived gauges
@@ -221,6 +275,54 @@ def start_metrics_server(
     return MetricsServer(str(server.server_address[0]), int(server.server_port), stop)
 
 
+def install(
+    metrics: Metrics,
+    engine: Engine,
+    *,
+    schema: Schema | None = None,
+    outbox: bool = True,
+    inbox: bool = True,
+    refresh_interval: float = 15.0,
+    queues: Sequence[str] = (),
+    priorities: Iterable[int] = (),
+    consumer: str | None = None,
+) -> DatabaseGauges:
+    """Put on ``metrics.registry`` what a relay (``outbox=True``: its metrics and the outbox
+    gauges) and/or a worker (``inbox=True``: its metrics and the inbox gauges) export.
+
+    The label sets known before the first message are exported at 0 from the start: with
+    ``outbox``, ``queues`` x ``priorities`` are the relay's (no queues: it serves every queue,
+    and each (queue, priority) the outbox gauges find is added as they find it); with
+    ``inbox``, ``consumer`` and its ``queues`` x ``priorities``."""
+    levels = tuple(priorities)
+    known = [(q, p) for q in queues for p in levels]
+    if outbox:
+        # The outage series: a publish that failed for the whole relay has no queue.
+        metrics.expect_relay([("", 0), *known])
+    if inbox and consumer is not None:
+        metrics.expect_worker(consumer, queues, levels)
+
+    def learnt(queue: str, priority: int) -> None:
+        metrics.expect_relay([(queue, priority)])
+
+    gauges = DatabaseGauges(
+        engine,
+        schema,
+        refresh_interval=refresh_interval,
+        outbox=outbox,
+        inbox=inbox,
+        known_outbox=known if outbox else (),
+        known_inbox=[consumer] if inbox and consumer is not None else (),
+        # A relay of every queue learns its label sets from the table.
+        on_new_outbox=learnt if outbox and not queues else None,
+    )
+    metrics.registry.register(gauges)
+    # After the gauges: a registry collects in registration order, so the counters of a
+    # (queue, priority) the gauges find are in the very scrape that found it.
+    metrics.export(relay=outbox, worker=inbox)
+    return gauges
+
+
 def serve(
     port: int,
     engine: Engine,
@@ -230,14 +332,23 @@ def serve(
     outbox: bool = True,
     inbox: bool = True,
     refresh_interval: float = 15.0,
+    queues: Sequence[str] = (),
+    priorities: Iterable[int] = (),
+    consumer: str | None = None,
 ) -> tuple[Metrics, MetricsServer]:
-    """What ``outbox relay``/``outbox worker --metrics-port`` do: the process's metrics and the
-    database gauges (``outbox=True`` in the relay, ``inbox=True`` in the worker) on the global
-    registry, served on ``host:port``. Call once per process."""
+    """What ``outbox relay``/``outbox worker --metrics-port`` do: ``install`` on the global
+    registry (the relay: ``outbox=True``; the worker: ``inbox=True``), served on ``host:port``.
+    Call once per process."""
     metrics = default()
-    REGISTRY.register(
-        DatabaseGauges(
-            engine, schema, refresh_interval=refresh_interval, outbox=outbox, inbox=inbox
-        )
+    install(
+        metrics,
+        engine,
+        schema=schema,
+        outbox=outbox,
+        inbox=inbox,
+        refresh_interval=refresh_interval,
+        queues=queues,
+        priorities=priorities,
+        consumer=consumer,
     )
-    return metrics, start_metrics_server(port, host, REGISTRY)
+    return metrics, start_metrics_server(port, host, metrics.registry)

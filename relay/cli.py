@@ -18,6 +18,7 @@ from outbox.cli_support import DSN_HELP
 from outbox.cli_support import fail as _fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
+from outbox.logs import configure_logging, log_options
 
 commands: list[click.Command] = []
 
@@ -134,7 +135,8 @@ def _opt(name: str, env: str, *dest: str, **kwargs: Any) -> Callable[[FC], FC]:
     "OUTBOX_METRICS_PORT",
     type=click.IntRange(1, 65535),
     help="Serve Prometheus metrics (published, publish errors, batch seconds, delivery lag, "
-    "and the outbox gauges of the database: pending, oldest pending age, failed) on this port.",
+    "and the outbox gauges of the database: pending, oldest pending age, failed) on this port. "
+    "Default: no metrics server.",
 )
 @_opt(
     "--metrics-host",
@@ -143,7 +145,7 @@ def _opt(name: str, env: str, *dest: str, **kwargs: Any) -> Callable[[FC], FC]:
     show_default=True,
     help="Address the metrics server binds.",
 )
-@_opt("--log-level", "OUTBOX_LOG_LEVEL", default="INFO", show_default=True)
+@log_options
 def relay(
     dsn: str,
     broker: str,
@@ -166,6 +168,7 @@ def relay(
     metrics_port: int | None,
     metrics_host: str,
     log_level: str,
+    library_log_level: str,
 ) -> None:
     """Publish committed outbox rows to RabbitMQ or Kafka (<queue>_<priority>).
 
@@ -178,10 +181,7 @@ def relay(
     from relay.publishers import publisher_from_url
     from relay.relay import Relay, RelaySettings
 
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s",
-    )
+    configure_logging(log_level, library_log_level)
     if not broker.strip():
         _fail("broker: empty; the relay needs --broker (the database source is the worker's)")
     try:
@@ -222,6 +222,8 @@ def relay(
                 schema=schema_for(config),
                 outbox=True,
                 inbox=False,
+                queues=settings.queues,
+                priorities=range(config.min_priority, config.max_priority + 1),
             )
         worker = Relay(engine, publisher, settings, metrics=metrics)
     except (OutboxError, ValueError) as exc:

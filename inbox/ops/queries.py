@@ -21,8 +21,9 @@ from outbox import states
 # Dead rows: ``failed`` and ``halted`` (dead under on_dead="halt", holding its group).
 DEAD_STATES = (states.DEAD, states.HALTED)
 IN_LINE_STATES = (states.READY, states.WAITING, states.RETRY)
-# A group is listed by ``groups`` when one of its rows is in one of these states.
-STUCK_STATES = (states.WAITING, states.HALTED, states.RETRY)
+# A group is listed by ``groups`` when one of its rows is in one of these states: ``ready``
+# too, since a ready row nobody claims (no worker running) holds its group as surely.
+STUCK_STATES = (states.READY, states.WAITING, states.HALTED, states.RETRY)
 
 
 # ---- failed --------------------------------------------------------------------------------
@@ -200,7 +201,8 @@ def _count_state(t: Table, state: str) -> Any:
 
 
 def stuck_groups(t: Table, consumer: str | None, limit: int) -> Select[Any]:
-    """Groups with a waiting, halted or retry row, longest-held first, with their counts.
+    """Groups with a ready, waiting, halted or retry row, longest-held first, with their
+    counts.
 
     Reads only rows in those states (``ix_inbox_claim`` with a consumer, ``ix_inbox_finished``
     without): its cost follows the unfinished rows, not the history.
@@ -209,6 +211,7 @@ def stuck_groups(t: Table, consumer: str | None, limit: int) -> Select[Any]:
     stmt = select(
         c.consumer,
         c.serial_group,
+        _count_state(t, states.READY).label("ready"),
         _count_state(t, states.WAITING).label("waiting"),
         _count_state(t, states.HALTED).label("halted"),
         _count_state(t, states.RETRY).label("retrying"),
@@ -254,5 +257,52 @@ def group_first_in_line(t: Table, consumer: str, group: str) -> Select[Any]:
         select(*_row_columns(t))
         .where(c.consumer == consumer, c.serial_group == group, c.state.in_(IN_LINE_STATES))
         .order_by(c.priority, c.seq, c.id)
+        .limit(1)
+    )
+
+
+def undelivered_groups(o: Table, limit: int) -> Select[Any]:
+    """Job-queue deployment: groups with pending outbox rows (nobody has received them yet),
+    longest-held first, with their counts.
+
+    Reads pending rows only (``ix_outbox_relay (status, ...)``): its cost follows the
+    backlog, not the sent history.
+    """
+    c = o.c
+    return (
+        select(
+            c.queue,
+            c.serial_group,
+            func.count().label("pending"),
+            func.min(c.occurred_at).label("since"),
+        )
+        .where(c.status == states.PENDING, c.serial_group.is_not(None))
+        .group_by(c.queue, c.serial_group)
+        .order_by(func.min(c.occurred_at), c.queue, c.serial_group)
+        .limit(limit)
+    )
+
+
+def groups_in_the_inbox(t: Table) -> Select[Any]:
+    """Every group with an unfinished or halted inbox row, of any consumer: the groups
+    someone has received, so not "still only in the outbox". Reads those rows only
+    (``ix_inbox_finished (state, ...)``)."""
+    c = t.c
+    unfinished = (*states.INBOX_UNFINISHED_STATES, states.HALTED)
+    return (
+        select(c.serial_group)
+        .where(c.state.in_(unfinished), c.serial_group.is_not(None))
+        .distinct()
+    )
+
+
+def undelivered_head(o: Table, queue: str, group: str) -> Select[Any]:
+    """The group's first pending outbox row in (priority, id), through ``ix_outbox_group
+    (queue, serial_group, status, priority, id)``."""
+    c = o.c
+    return (
+        select(c.id, c.type, c.priority, c.available_at)
+        .where(c.queue == queue, c.serial_group == group, c.status == states.PENDING)
+        .order_by(c.priority, c.id)
         .limit(1)
     )

@@ -49,7 +49,11 @@ def metrics_cmd(dsn: str, outbox_table: str, inbox_table: str, once: bool) -> No
     """
     engine, schema = open_db(dsn, outbox_table, inbox_table)
     registry = CollectorRegistry()
-    gauges = DatabaseGauges(engine, schema, refresh_interval=0, log_errors=False)
+    # Every consumer of the inbox, at 0 when all its work is done: a consumer missing from
+    # the output would read as "unknown" rather than "idle".
+    gauges = DatabaseGauges(
+        engine, schema, refresh_interval=0, log_errors=False, every_consumer=True
+    )
     registry.register(gauges)
     text = generate_latest(registry).decode()
     engine.dispose()

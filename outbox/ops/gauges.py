@@ -97,8 +97,11 @@ def read_snapshot(
     *,
     outbox: bool = True,
     inbox: bool = True,
+    every_consumer: bool = False,
 ) -> Snapshot:
-    """Run the gauge queries once (two grouped, index-driven reads) and shape the result."""
+    """Run the gauge queries once (two grouped, index-driven reads) and shape the result.
+    ``every_consumer``: also report at 0 the consumers with nothing unfinished (one more
+    query, which reads the whole claim index)."""
     started = time.perf_counter()
     outbox_rows: list[OutboxGauge] = []
     inbox_rows: list[InboxGauge] = []
@@ -133,6 +136,9 @@ def read_snapshot(
                 # the group has held it (the group's head being slow, retrying or halted).
                 if state == states.WAITING:
                     entry_i.oldest_waiting = oldest
+            if every_consumer:
+                for (consumer,) in conn.execute(q.inbox_consumers(schema.inbox)):
+                    iacc.setdefault(consumer, _InboxAcc())
             inbox_rows = [
                 InboxGauge(
                     consumer,
@@ -162,7 +168,17 @@ class DatabaseGauges(Collector):
     gauges then refresh less often instead of adding to the load.
 
     ``outbox=False`` / ``inbox=False`` leave a table out: the relay exports the outbox gauges,
-    the worker the inbox ones, so a dashboard's ``sum()`` never counts a row twice.
+    the worker the inbox ones. Every relay reads the same table, so N relays export N copies
+    of each outbox series (N workers, of each inbox series): aggregate them with ``max``, not
+    ``sum`` (docs/operations.md, "Aggregating across processes").
+
+    ``every_consumer``: report every consumer of the inbox, at 0 when none of its rows is
+    unfinished (``outbox metrics --once``, which knows no consumer in advance).
+
+    ``known_outbox`` / ``known_inbox``: (queue, priority) pairs and consumers exported at 0
+    from the first refresh on, before any row of theirs exists (the relay's queues, the
+    worker's consumer). ``on_new_outbox`` is called with each (queue, priority) the first time
+    a refresh sees it, so the relay can export its counters for it at 0 too.
     """
 
     def __init__(
@@ -175,6 +191,10 @@ class DatabaseGauges(Collector):
         outbox: bool = True,
         inbox: bool = True,
         log_errors: bool = True,
+        every_consumer: bool = False,
+        known_outbox: Iterable[tuple[str, int]] = (),
+        known_inbox: Iterable[str] = (),
+        on_new_outbox: Callable[[str, int], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -189,6 +209,7 @@ class DatabaseGauges(Collector):
         self.last_error: str | None = None
         self.include_outbox = outbox
         self.include_inbox = inbox
+        self.every_consumer = every_consumer
         self._monotonic = monotonic
         self._now = now
         self._lock = threading.Lock()
@@ -196,8 +217,9 @@ class DatabaseGauges(Collector):
         self._taken_at: float | None = None
         self.refreshes = 0
         self.errors = 0
-        self._known_outbox: set[tuple[str, int]] = set()
-        self._known_inbox: set[str] = set()
+        self._known_outbox: set[tuple[str, int]] = set(known_outbox) if outbox else set()
+        self._known_inbox: set[str] = set(known_inbox) if inbox else set()
+        self._on_new_outbox = on_new_outbox
 
     def snapshot(self) -> Snapshot:
         """The cached snapshot, refreshed first if it is older than the interval."""
@@ -212,6 +234,7 @@ class DatabaseGauges(Collector):
                         self._now(),
                         outbox=self.include_outbox,
                         inbox=self.include_inbox,
+                        every_consumer=self.every_consumer,
                     )
                     self._snapshot = self._with_zeros(fresh)
                     self.refreshes += 1
@@ -232,7 +255,11 @@ class DatabaseGauges(Collector):
     def _with_zeros(self, snap: Snapshot) -> Snapshot:
         # A queue whose last pending row was just sent reports 0, not nothing: a series that
         # vanishes reads as "no data" on the dashboard and breaks delta() in the alerts.
-        self._known_outbox.update((g.queue, g.priority) for g in snap.outbox)
+        fresh = sorted({(g.queue, g.priority) for g in snap.outbox} - self._known_outbox)
+        self._known_outbox.update(fresh)
+        if self._on_new_outbox is not None:
+            for queue, priority in fresh:
+                self._on_new_outbox(queue, priority)
         self._known_inbox.update(g.consumer for g in snap.inbox)
         seen_o = {(g.queue, g.priority) for g in snap.outbox}
         seen_i = {g.consumer for g in snap.inbox}

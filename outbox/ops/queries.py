@@ -70,6 +70,12 @@ def inbox_gauges(t: Table) -> Select[Any]:
     )
 
 
+def inbox_consumers(t: Table) -> Select[Any]:
+    """Every consumer the inbox holds rows of (done ones included): a scan of the claim index,
+    not cheap enough for every refresh, fine for a one-off ``outbox metrics --once``."""
+    return select(t.c.consumer).distinct()
+
+
 # ---- stats
 
 

@@ -59,6 +59,7 @@ def test_worker_serves_processed_counters_and_inbox_gauges(bed: Bed) -> None:
         assert value(text, "inbox_end_to_end_seconds_count{") == 2
         assert "inbox_waiting_count" in text
         assert "outbox_pending_count" not in text  # the relay exports the outbox half
+        assert "outbox_relay_batch_seconds" not in text and "outbox_published" not in text
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0

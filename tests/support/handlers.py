@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -55,13 +53,6 @@ events = Table(
     Column("attempt", Integer, nullable=False),
     Column("at", Double, nullable=False),
 )
-
-
-class FixedBackoff(Backoff):
-    """No jitter, so the tests know when a retry is due."""
-
-    def delay(self, attempt: int, rng: random.Random | None = None) -> timedelta:
-        return timedelta(seconds=self.ceiling(attempt))
 
 
 class PermanentProblem(Exception):
@@ -118,10 +109,8 @@ consumer = Consumer(
     on_retry=os.environ.get("OUTBOX_TEST_ON_RETRY", "block"),  # type: ignore[arg-type]
     on_dead=os.environ.get("OUTBOX_TEST_ON_DEAD", "continue"),  # type: ignore[arg-type]
     max_attempts=int(os.environ.get("OUTBOX_TEST_MAX_ATTEMPTS", "5")),
-    backoff=FixedBackoff(
-        base_seconds=_env_float("OUTBOX_TEST_BACKOFF", 0.2),
-        max_seconds=_env_float("OUTBOX_TEST_BACKOFF", 0.2),
-    ),
+    # Fixed: the tests know when a retry is due.
+    backoff=Backoff.fixed(_env_float("OUTBOX_TEST_BACKOFF", 0.2)),
     permanent_errors=(PermanentProblem,),
     visibility_timeout=_env_float("OUTBOX_TEST_VISIBILITY", 30.0),
     group_lock_timeout=2.0,

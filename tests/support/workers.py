@@ -63,8 +63,11 @@ class Bed:
         poll_interval: float = 0.05,
         concurrency: int = 1,
         extra: Sequence[str] = (),
+        log: Path | None = None,
         **settings: Any,
     ) -> subprocess.Popen[bytes]:
+        """``extra`` comes last, so it may override the options above (``--log-level``);
+        ``log``: a file the worker's stderr is appended to."""
         args = [
             sys.executable,
             "-m",
@@ -85,7 +88,11 @@ class Bed:
         ]
         if stop_when_idle:
             args.append("--stop-when-idle")
-        process = subprocess.Popen(args, cwd=ROOT, env=self.env(**settings))
+        if log is None:
+            process = subprocess.Popen(args, cwd=ROOT, env=self.env(**settings))
+        else:
+            with log.open("ab") as err:
+                process = subprocess.Popen(args, cwd=ROOT, env=self.env(**settings), stderr=err)
         self.spawned.append(process)
         return process
 

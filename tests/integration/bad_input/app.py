@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, Table, Text, Uuid, insert
 from sqlalchemy.orm import Session
@@ -37,13 +35,6 @@ effects = Table(
 
 class BadPayload(Exception):
     """The payload is not the shape this handler accepts: permanent, never retried."""
-
-
-class FixedBackoff(Backoff):
-    """No jitter: short, predictable retries."""
-
-    def delay(self, attempt: int, rng: Any = None) -> timedelta:
-        return timedelta(seconds=self.ceiling(attempt))
 
 
 def job(session: Session, message: InboxMessage) -> None:
@@ -70,7 +61,7 @@ consumer = Consumer(
     on_retry="block",
     on_dead="continue",
     max_attempts=2,
-    backoff=FixedBackoff(base_seconds=0.1, max_seconds=0.1),
+    backoff=Backoff.fixed(0.1),  # no jitter: short, predictable retries
     permanent_errors=(BadPayload,),
     visibility_timeout=30.0,
     group_lock_timeout=2.0,

@@ -1,8 +1,11 @@
-"""Database-derived gauges on every database: the values, and the refresh interval."""
+"""Database-derived gauges on every database: the values, the refresh interval, the zeros."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -15,6 +18,7 @@ from outbox.schema import schema_for
 from tests.integration.ops.rows import SCHEMA, inbox_row, outbox_row
 
 NOW = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+OUTBOX = str(Path(sys.executable).parent / "outbox")
 
 
 def test_snapshot_counts_and_ages(engine: Engine) -> None:
@@ -115,3 +119,28 @@ def test_failed_refresh_counts_an_error_and_never_raises_into_the_scrape(
     # When scraped, the scrape works and says the refresh failed
     assert registry.get_sample_value("outbox_gauges_refresh_errors_total") == 1.0
     assert registry.get_sample_value("outbox_gauges_refresh_errors_total") == 2.0
+
+
+def test_every_consumer_reports_idle_consumers_at_zero(engine: Engine) -> None:
+    # Given one consumer whose work is all done and one with a message waiting
+    with engine.begin() as conn:
+        inbox_row(conn, consumer="mailer", state=states.DONE, seq=1, received_at=NOW)
+        inbox_row(conn, consumer="billing", state=states.READY, seq=2, received_at=NOW)
+    # Then the gauges' usual read leaves the idle one out, and every_consumer reports it at 0
+    assert [g.consumer for g in read_snapshot(engine, SCHEMA, NOW).inbox] == ["billing"]
+    snap = read_snapshot(engine, SCHEMA, NOW, outbox=False, every_consumer=True)
+    assert snap.inbox == (InboxGauge("billing", waiting=1), InboxGauge("mailer"))
+
+
+def test_metrics_once_prints_an_idle_consumer_at_zero(dsn: str, engine: Engine) -> None:
+    # Given a consumer with nothing left to do
+    with engine.begin() as conn:
+        inbox_row(conn, consumer="mailer", state=states.DONE, seq=1, received_at=NOW)
+    # When an operator takes a quick look
+    out = subprocess.run(
+        [OUTBOX, "metrics", "--once", "--dsn", dsn], capture_output=True, text=True, timeout=120
+    )
+    # Then its inbox gauges are there, at 0
+    assert out.returncode == 0, out.stderr
+    for name in ("inbox_waiting_count", "inbox_processing_count", "inbox_failed_count"):
+        assert f'{name}{{consumer="mailer"}} 0.0' in out.stdout.splitlines(), out.stdout

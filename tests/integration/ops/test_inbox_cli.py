@@ -18,9 +18,10 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import URL
 
+import outbox
 from inbox.cli import inbox_group
 from inbox.cli_ops import commands as ops_commands
 from inbox.cli_repair import commands as repair_commands
@@ -327,6 +328,74 @@ def test_groups_names_what_holds_each_group(dsn: str, engine: Engine) -> None:
     text = inbox(dsn, "groups", "--limit", "2")
     assert text.exit_code == 0, text.stderr
     assert "WHY" in text.stdout and "2 group(s) (limit reached)" in text.stdout
+
+
+def groups_process(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``outbox inbox groups ARGS`` as an operator runs it: its own process, DSN from the env."""
+    done = subprocess.run(
+        [OUTBOX, "inbox", "groups", *args], env={**os.environ, "OUTBOX_DSN": dsn},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_groups_lists_groups_nobody_runs_and_groups_still_in_the_outbox(
+    dsn: str, engine: Engine
+) -> None:
+    # Given group g's two messages and a delayed one of group gd, stored; no relay, no worker
+    store_jobs(engine, [("a", 2), ("b", 2)])
+    with engine.begin() as conn:
+        outbox.store(conn, "jobs", "job", {"mark": "d"}, serial_group="gd", delay=3600)
+    with engine.connect() as conn:
+        outbox_ids = dict(conn.execute(select(SCHEMA.outbox.c.serial_group, func.min(
+            SCHEMA.outbox.c.id)).group_by(SCHEMA.outbox.c.serial_group)).all())  # fmt: skip
+
+    # Then both are listed for every consumer of the queue, their head the first outbox row
+    found = {g["group"]: g for g in json.loads(groups_process(dsn, "--json").stdout)}
+    assert set(found) == {"g", "gd"}
+    g, gd = found["g"], found["gd"]
+    assert g["consumer"] is None and g["pending"] == 2
+    assert (
+        g["why"] == f"waiting for outbox row {outbox_ids['g']}: not delivered to any consumer yet"
+    )
+    assert "relay" in g["hint"] and "'jobs'" in g["hint"]
+    assert g["head"] == {
+        "id": outbox_ids["g"], "type": "job", "priority": 2, "seq": outbox_ids["g"],
+        "state": states.PENDING,
+    }  # fmt: skip
+    assert gd["why"].startswith(f"waiting for outbox row {outbox_ids['gd']}: not due until")
+    text = groups_process(dsn, "--consumer", "c1").stdout
+    assert "2 group(s)" in text and "not delivered to any consumer yet" in text
+    line = next(row.split() for row in text.splitlines()[1:] if row.split()[1] == "g")
+    assert line[:7] == ["-", "g", str(outbox_ids["g"]), "pending", "2", "job", "2"]
+
+    # When a database-source worker takes g into the inbox, and nothing runs it
+    kit = make_kit(engine)
+    assert kit.take_outbox() == 2  # the delayed one is not due
+    a_id = rows(engine)["a"].id
+    (g, gd) = sorted(json.loads(groups_process(dsn, "--json").stdout), key=lambda r: r["group"])
+    counts = (g["consumer"], g["group"], g["ready"], g["waiting"], g["pending"])
+    assert counts == ("c1", "g", 2, 0, 0)
+    assert g["why"] == f"head {a_id} is ready: waiting for a worker"
+    assert g["head"]["id"] == a_id and g["head"]["state"] == states.READY
+    assert gd["consumer"] is None
+
+    # And a more urgent message of g is stored but not delivered: the ready head waits for it,
+    # and g is listed once, for the consumer that has it
+    store_jobs(engine, [("u", 1)])
+    with engine.connect() as conn:
+        u_id = conn.execute(select(func.max(SCHEMA.outbox.c.id))).scalar_one()
+    reports = json.loads(groups_process(dsn, "--json", "--consumer", "c1").stdout)
+    found = {r["group"]: r for r in reports}
+    assert len(reports) == 2 and (found["g"]["consumer"], found["gd"]["consumer"]) == ("c1", None)
+    why = found["g"]["why"]
+    assert why == f"waiting for outbox row {u_id}: ahead in the group, not delivered yet"
+
+    # Once a worker ran everything due, only the delayed group is left
+    kit.take_outbox()
+    assert kit.drain() == ["u", "a", "b"]
+    assert [r["group"] for r in json.loads(groups_process(dsn, "--json").stdout)] == ["gd"]
 
 
 # ---- as an operator runs them

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -73,6 +74,49 @@ def test_sigterm_finishes_batch_and_exits_zero(
     assert rc == 0
     assert time.monotonic() - started < 5
     assert len(read_queue(f"{queue}_1", 10)) == 10
+
+
+def logger_names(log: str) -> list[str]:
+    """The logger of each line (``date time LEVEL name[pid] message``)."""
+    return [line.split()[3].split("[")[0] for line in log.splitlines()]
+
+
+def test_library_loggers_stay_at_warning_unless_asked(
+    engine: Engine, dsn: str, rabbit_names: list[str]
+) -> None:
+    queue = unique_queue()
+    rabbit_names.append(f"{queue}_1")
+
+    def drain(*extra: str, **env: str) -> subprocess.CompletedProcess[str]:
+        store_rows(engine, [Message(queue, "t", {"i": i}) for i in range(3)])
+        done = subprocess.run(
+            relay_cmd(dsn, "--stop-when-idle", *extra), env={**os.environ, **env},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    # At INFO (the default), our lines and nothing from pika: it logs its connection and
+    # channel life at INFO
+    quiet = drain()
+    names = logger_names(quiet.stderr)
+    assert "relay" in names and quiet.stderr.count("batch: ") == 1, quiet.stderr
+    assert {n.split(".")[0] for n in names} <= {"relay", "outbox"}, names
+
+    # With the libraries' level at INFO, pika's lines appear, and ours follow --log-level only
+    loud = drain("--log-level", "warning", OUTBOX_LIBRARY_LOG_LEVEL="INFO")
+    assert any(n.startswith("pika") for n in logger_names(loud.stderr)), loud.stderr
+    assert "batch: " not in loud.stderr and "relay started" not in loud.stderr
+    both = drain("--library-log-level", "INFO")
+    assert "batch: " in both.stderr and any(n.startswith("pika") for n in logger_names(both.stderr))
+    assert status_counts(engine) == {states.SENT: 9}
+    assert len(read_queue(f"{queue}_1", 9)) == 9
+
+    # A level that does not exist is refused, naming the option
+    bad = subprocess.run(
+        relay_cmd(dsn, "--library-log-level", "LOUD"), capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2 and "'--library-log-level'" in bad.stderr, bad.stderr
 
 
 def _spawn(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -54,6 +54,7 @@ def test_relay_serves_spec_metrics(
         assert "outbox_pending_count" in text and "outbox_pending_seconds" in text
         assert "outbox_failed_count" in text
         assert "inbox_waiting_count" not in text  # the worker exports the inbox half
+        assert "inbox_processed_total" not in text and "inbox_handler_seconds" not in text
     finally:
         assert relay.stop() == 0
     assert len(read_queue(f"{queue}_1", 5)) == 5

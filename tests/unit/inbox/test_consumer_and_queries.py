@@ -49,6 +49,7 @@ def test_handlers_are_registered_by_type() -> None:
         ({"visibility_timeout": 0}, "visibility_timeout"),
         ({"group_lock_timeout": -1}, "group_lock_timeout"),
         ({"permanent_errors": [int]}, "permanent_errors"),
+        ({"backoff": 5}, "^backoff: expected an outbox.backoff.Backoff"),
     ],
 )
 def test_bad_settings_fail_naming_the_field(options: dict[str, Any], field: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from outbox.cli import main
 from outbox.ops.cli import commands
@@ -35,3 +36,23 @@ def test_help_documents_exit_codes(command: click.Command) -> None:
 def test_listing_commands_have_json(name: str) -> None:
     command = next(c for c in commands if c.name == name)
     assert "--json" in {opt for p in command.params for opt in p.opts}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["relay", "--dsn", "sqlite:///x.db", "--broker", "amqp://h/"],
+        ["worker", "tests.support.handlers:consumer", "--dsn", "sqlite:///x.db"],
+    ],
+    ids=["relay", "worker"],
+)
+def test_metrics_port_is_1_to_65535_on_relay_and_worker(args: list[str]) -> None:
+    # Port 0 (any free port) would serve on a port nobody is told: refused on both.
+    command = main.commands[args[0]]
+    (port,) = [p for p in command.params if p.name == "metrics_port"]
+    assert isinstance(port.type, click.IntRange)
+    assert (port.type.min, port.type.max) == (1, 65535)
+    for bad in ("0", "65536"):
+        result = CliRunner().invoke(main, [*args, "--metrics-port", bad])
+        assert result.exit_code == 2, result.output
+        assert "--metrics-port" in result.output

@@ -185,6 +185,21 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
         ("[5m])) > 10000", "[5m])) > 20000"),
         ('absent(up{job="outbox-worker"})', 'absent(up{job="other"})'),
         ("(inbox_group_blocked_seconds) > 300", "(inbox_group_blocked_seconds) > 299"),
+        # Summing what every relay/worker exports of one table counts each row once per process.
+        ("max by (queue, priority) (delta(", "sum by (queue, priority) (delta("),
+        (
+            "max by (queue, priority) (outbox_failed_count)",
+            "sum by (queue, priority) (outbox_failed_count)",
+        ),
+        (
+            "max by (queue, priority) (outbox_pending_seconds)",
+            "sum by (queue, priority) (outbox_pending_seconds)",
+        ),
+        ("max by (consumer) (inbox_failed_count)", "sum by (consumer) (inbox_failed_count)"),
+        (
+            "max by (consumer) (inbox_group_blocked_seconds)",
+            "sum by (consumer) (inbox_group_blocked_seconds)",
+        ),
     ],
 )
 def test_rule_tests_catch_a_changed_rule(tmp_path: Path, old: str, new: str) -> None:
@@ -209,3 +224,61 @@ def test_every_panel_expression_parses(tmp_path: Path) -> None:
     out = run_promtool("check", "rules", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(rules)} rules found" in out.stdout
+
+
+# The gauges every relay (outbox) or every worker (inbox) reads from the one database.
+DATABASE_DERIVED = (
+    "outbox_pending_count", "outbox_pending_seconds", "outbox_failed_count",
+    "inbox_waiting_count", "inbox_processing_count", "inbox_failed_count",
+    "inbox_group_blocked_seconds",
+)  # fmt: skip
+
+
+def aggregations(expr: str, name: str) -> list[str]:
+    """The aggregation operator around each use of ``name`` in ``expr`` ('' when bare), looking
+    through the function calls between them (``max by (q) (delta(name[5m]))`` -> ``max``)."""
+    found = []
+    for use in re.finditer(rf"\b{name}\b", expr):
+        before = expr[: use.start()]
+        depth, i = 0, len(before) - 1
+        operator = ""
+        while i >= 0:
+            if before[i] == ")":
+                depth += 1
+            elif before[i] == "(":
+                if depth == 0:
+                    head = re.search(r"(\w+)\s*(?:(?:by|without)\s*\([^()]*\)\s*)?$", before[:i])
+                    word = head.group(1) if head else ""
+                    if word in ("sum", "max", "min", "avg", "count", "topk", "bottomk"):
+                        operator = word
+                        break
+                else:
+                    depth -= 1
+            i -= 1
+        found.append(operator)
+    return found
+
+
+def test_aggregations_extractor() -> None:
+    assert aggregations("max by (queue, priority) (delta(g[5m])) > 1", "g") == ["max"]
+    assert aggregations('sum by (consumer) (g{consumer=~"$c"})', "g") == ["sum"]
+    assert aggregations("g > 0", "g") == [""]
+
+
+@pytest.mark.parametrize("name", DATABASE_DERIVED)
+def test_database_gauges_are_combined_with_max_everywhere(name: str) -> None:
+    # N relays (workers) export N copies of each of these series: only max counts a row once.
+    exprs = [expr for _title, expr in panel_exprs()] + alert_exprs()
+    uses = [(expr, op) for expr in exprs for op in aggregations(expr, name)]
+    assert uses, f"{name}: used nowhere"
+    for expr, op in uses:
+        assert op == "max", f"{name} aggregated with {op or 'nothing'!r} in {expr!r}"
+
+
+def test_per_process_counters_are_summed() -> None:
+    # A counter counts what its own process did: the total over the processes is the sum.
+    counters = ("outbox_published_total", "outbox_publish_errors_total", "inbox_processed_total")
+    exprs = [expr for _title, expr in panel_exprs()] + alert_exprs()
+    for name in counters:
+        ops = [op for expr in exprs for op in aggregations(expr, name)]
+        assert ops and set(ops) == {"sum"}, (name, ops)

@@ -212,3 +212,154 @@ def test_a_failing_first_refresh_is_not_retried_on_every_scrape(
 def test_max_duty_is_validated() -> None:
     with pytest.raises(ValueError, match="max_duty"):
         DatabaseGauges(None, max_duty=0)  # type: ignore[arg-type]
+
+
+RELAY_NAMES = {
+    "outbox_published", "outbox_publish_errors", "outbox_relay_batch_seconds",
+    "outbox_delivery_lag_seconds",
+}  # fmt: skip
+WORKER_NAMES = {
+    "inbox_processed", "inbox_duplicates", "inbox_handler_seconds", "inbox_end_to_end_seconds",
+}  # fmt: skip
+
+
+def _families(registry: CollectorRegistry) -> set[str]:
+    # The text parser reads a series' ``_created`` sample as a family of its own.
+    text = generate_latest(registry).decode()
+    return {f.name for f in text_string_to_metric_families(text) if not f.name.endswith("_created")}
+
+
+@pytest.mark.parametrize(
+    ("relay", "worker", "expected"),
+    [(True, False, RELAY_NAMES), (False, True, WORKER_NAMES), (False, False, set())],
+)
+def test_a_process_exports_only_its_own_half(relay: bool, worker: bool, expected: set[str]) -> None:
+    # Given the metrics of a relay-only or worker-only process, used in full
+    registry = CollectorRegistry()
+    m = Metrics(registry, relay=relay, worker=worker)
+    m.relay_batch(0.1)
+    m.processed("c", "q", 1, metrics.RESULT_DONE)
+    # Then only that half is on its registry (a worker shows no relay batch histogram)
+    assert _families(registry) == expected
+
+
+def test_export_adds_a_half_later_and_is_idempotent() -> None:
+    registry = CollectorRegistry()
+    m = Metrics(registry, relay=False, worker=False)
+    m.export(worker=True)
+    m.export(worker=True)
+    m.export(relay=True, worker=True)
+    assert _families(registry) == RELAY_NAMES | WORKER_NAMES
+
+
+def test_expected_label_sets_are_exported_at_zero_before_anything_happens() -> None:
+    # Given fresh metrics told the relay's and the worker's label sets
+    registry = CollectorRegistry()
+    m = Metrics(registry)
+    m.expect_relay([("mail", 1), ("mail", 2)])
+    m.expect_worker("billing", ["mail", "sms"], [1, 2])
+
+    # Then the counters exist at 0, for each label set
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    for priority in ("1", "2"):
+        assert value("outbox_published_total", queue="mail", priority=priority) == 0.0
+        assert value("outbox_publish_errors_total", queue="mail", priority=priority) == 0.0
+        for queue in ("mail", "sms"):
+            for result in metrics.RESULTS:
+                labels = {"consumer": "billing", "queue": queue, "priority": priority}
+                assert value("inbox_processed_total", **labels, result=result) == 0.0
+    assert value("inbox_duplicates_total", consumer="billing", queue="", priority="0") == 0.0
+    # And a later increment counts from there
+    m.published("mail", 1, 2)
+    assert value("outbox_published_total", queue="mail", priority="1") == 2.0
+
+
+def test_gauges_export_known_label_sets_at_zero_with_an_empty_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given gauges told the relay's queues and the worker's consumer, and empty tables
+    monkeypatch.setattr(gauges_mod, "read_snapshot", lambda *_a, **_k: Snapshot())
+    registry = CollectorRegistry()
+    registry.register(
+        DatabaseGauges(
+            None,  # type: ignore[arg-type]
+            known_outbox=[("mail", 1), ("mail", 2)],
+            known_inbox=["billing"],
+        )
+    )
+    # Then every one of their gauges is there at 0
+    for priority in ("1", "2"):
+        for name in ("outbox_pending_count", "outbox_pending_seconds", "outbox_failed_count"):
+            assert _value(registry, name, queue="mail", priority=priority) == 0.0
+    for name in (
+        "inbox_waiting_count", "inbox_processing_count", "inbox_failed_count",
+        "inbox_group_blocked_seconds",
+    ):  # fmt: skip
+        assert _value(registry, name, consumer="billing") == 0.0
+
+
+def test_gauges_tell_each_new_label_set_once(reads: list[Snapshot]) -> None:
+    # Given gauges reading ("a", 1) in their first two refreshes and nothing in the third
+    clock = FakeClock()
+    told: list[tuple[str, int]] = []
+    gauges = DatabaseGauges(
+        None,  # type: ignore[arg-type]
+        refresh_interval=1,
+        monotonic=clock,
+        known_outbox=[("b", 1)],
+        on_new_outbox=lambda q, p: told.append((q, p)),
+    )
+    for _ in range(3):
+        gauges.snapshot()
+        clock.t += 1
+    # Then ("a", 1) was told once; ("b", 1), known from the start, never
+    assert told == [("a", 1)]
+
+
+def test_install_puts_a_relay_of_every_queue_on_the_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a relay of all queues whose table holds rows of ("mail", 3)
+    snap = Snapshot((OutboxGauge("mail", 3, pending=4, pending_seconds=2.0),))
+    monkeypatch.setattr(gauges_mod, "read_snapshot", lambda *_a, **_k: snap)
+    m = Metrics(CollectorRegistry(), relay=False, worker=False)
+    metrics.install(m, None, outbox=True, inbox=False, priorities=range(1, 10))  # type: ignore[arg-type]
+
+    # When scraped before any publish
+    text = generate_latest(m.registry).decode()
+
+    # Then the relay's counters exist at 0 for the outage series and what the table holds,
+    # and nothing of the worker's is there
+    assert 'outbox_publish_errors_total{priority="0",queue=""} 0.0' in text
+    assert 'outbox_published_total{priority="3",queue="mail"} 0.0' in text
+    assert 'outbox_publish_errors_total{priority="3",queue="mail"} 0.0' in text
+    assert 'outbox_pending_count{priority="3",queue="mail"} 4.0' in text
+    assert "inbox_" not in text
+
+
+def test_install_puts_a_worker_on_the_registry_with_its_consumer_at_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a worker of "billing" on queues mail and sms, and an inbox with nothing of billing
+    monkeypatch.setattr(gauges_mod, "read_snapshot", lambda *_a, **_k: Snapshot())
+    m = Metrics(CollectorRegistry(), relay=False, worker=False)
+    metrics.install(
+        m,
+        None,  # type: ignore[arg-type]
+        outbox=False,
+        inbox=True,
+        queues=["mail", "sms"],
+        priorities=range(1, 10),
+        consumer="billing",
+    )
+    text = generate_latest(m.registry).decode()
+    registry = m.registry
+    # Then its inbox gauges and counters are there at 0, and nothing of the relay's
+    assert _value(registry, "inbox_waiting_count", consumer="billing") == 0.0
+    assert _value(registry, "inbox_failed_count", consumer="billing") == 0.0
+    labels = {"consumer": "billing", "queue": "sms", "priority": "9", "result": "failed"}
+    assert _value(registry, "inbox_processed_total", **labels) == 0.0
+    assert "outbox_published" not in text and "outbox_relay_batch" not in text
+    assert "outbox_pending" not in text

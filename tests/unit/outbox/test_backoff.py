@@ -1,4 +1,5 @@
 import random
+import re
 from datetime import timedelta
 
 import pytest
@@ -34,3 +35,39 @@ def test_invalid_settings_and_attempts() -> None:
 def test_outage_delay_sequence() -> None:
     assert [outage_delay(n) for n in range(0, 8)] == [0, 1, 2, 4, 8, 16, 30, 30]
     assert outage_delay(1000) == 30
+
+
+def test_without_jitter_the_delay_is_the_ceiling() -> None:
+    b = Backoff(base_seconds=1, max_seconds=10, jitter="none")
+    rng = random.Random(7)
+    assert [b.delay(n, rng).total_seconds() for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+    assert b.delay(1) == b.delay(1)  # no draw: every call, every process the same
+
+
+def test_fixed_is_the_same_delay_after_every_attempt() -> None:
+    b = Backoff.fixed(2.5)
+    assert b == Backoff(2.5, 2.5, jitter="none")
+    assert {b.delay(n) for n in (1, 2, 5, 100)} == {timedelta(seconds=2.5)}
+
+
+def test_full_jitter_stays_the_default() -> None:
+    assert Backoff().jitter == "full"
+    assert Backoff(1, 1).delay(1, random.Random(3)) < timedelta(seconds=1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"jitter": "equal"}, "jitter must be 'full' or 'none', got 'equal'"),
+        ({"base_seconds": float("nan")}, "base_seconds must be finite"),
+        ({"max_seconds": float("inf")}, "max_seconds must be finite"),
+        ({"max_seconds": 1e20}, "max_seconds must be finite and at most"),
+        ({"base_seconds": "1"}, "base_seconds must be a number, got '1'"),
+        ({"base_seconds": True}, "base_seconds must be a number"),
+    ],
+)
+def test_bad_settings_name_the_setting(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=f"^backoff: {re.escape(message)}"):
+        Backoff(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="backoff"):
+        Backoff.fixed(0)

@@ -1,0 +1,74 @@
+"""Logging of the long-running commands (``outbox relay``, ``outbox worker``): one setup and
+one pair of options for both.
+
+Our loggers (``outbox``, ``relay``, ``inbox``, and in a worker the consumer's own package) log
+at ``--log-level``; every other logger (pika, confluent_kafka and librdkafka, alembic,
+sqlalchemy, urllib3, ...) at ``--library-log-level``, WARNING by default: at INFO pika alone
+writes several lines per connection, which buries the relay's one line per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import click
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+OUR_LOGGERS = ("outbox", "relay", "inbox")
+# Library output that reaches Python logging under one of our names (librdkafka's log lines
+# are handed to a logger of ours): it follows the libraries' level.
+LIBRARY_LOGGERS_INSIDE_OURS = ("relay.publishers.kafka.librdkafka",)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def log_options(func: F) -> F:
+    """``--log-level`` and ``--library-log-level``, each with its environment variable."""
+    func = click.option(
+        "--library-log-level",
+        envvar="OUTBOX_LIBRARY_LOG_LEVEL",
+        show_envvar=True,
+        default="WARNING",
+        show_default=True,
+        type=click.Choice(LEVELS, case_sensitive=False),
+        help="Level of the libraries' loggers: pika, confluent_kafka/librdkafka, alembic, "
+        "sqlalchemy, urllib3, ...",
+    )(func)
+    func = click.option(
+        "--log-level",
+        envvar="OUTBOX_LOG_LEVEL",
+        show_envvar=True,
+        default="INFO",
+        show_default=True,
+        type=click.Choice(LEVELS, case_sensitive=False),
+        help="Level of our own loggers: outbox, relay, inbox (and in a worker the "
+        "consumer's package).",
+    )(func)
+    return func
+
+
+def configure_logging(level: str, library_level: str = "WARNING", ours: Iterable[str] = ()) -> None:
+    """One stderr handler; ``level`` for our loggers and those named in ``ours``,
+    ``library_level`` for every other one."""
+    own, libraries = _level(level, "--log-level"), _level(library_level, "--library-log-level")
+    # A no-op when the root logger has handlers already (a test runner's): then only the
+    # levels below apply.
+    logging.basicConfig(format=FORMAT)
+    logging.getLogger().setLevel(libraries)
+    for name in (*OUR_LOGGERS, *ours):
+        if name:
+            logging.getLogger(name).setLevel(own)
+    for name in LIBRARY_LOGGERS_INSIDE_OURS:
+        logging.getLogger(name).setLevel(libraries)
+
+
+def _level(name: str, option: str) -> int:
+    upper = name.upper()
+    if upper not in LEVELS:
+        raise click.BadParameter(
+            f"must be one of {', '.join(LEVELS)}, got {name!r}", param_hint=option
+        )
+    return int(getattr(logging, upper))

@@ -85,7 +85,7 @@ class Unfixable(Exception):
 
 
 @dataclass
-class Jitter:
+class ScriptedJitter:
     fraction: float = 0.0
 
 
@@ -94,10 +94,10 @@ class ScriptedBackoff(Backoff):
     """The product's backoff ceiling with the jitter chosen by the test (the model must
     know when a retry is due)."""
 
-    jitter: Jitter = field(default_factory=Jitter, compare=False)
+    scripted: ScriptedJitter = field(default_factory=ScriptedJitter, compare=False)
 
     def delay(self, attempt: int, rng: Random | None = None) -> timedelta:
-        return timedelta(seconds=self.jitter.fraction * self.ceiling(attempt))
+        return timedelta(seconds=self.scripted.fraction * self.ceiling(attempt))
 
 
 class Clock:
@@ -138,14 +138,14 @@ class InboxMachine(RuleBasedStateMachine):
         self.clock = Clock()
         self.policy = m.Policy(on_retry, on_dead, max_attempts, VISIBILITY, batch=batch)
         self.model = m.Model(self.policy, self.clock.now)
-        self.jitter = Jitter()
+        self.jitter = ScriptedJitter()
         self.consumer = Consumer(
             f"c{number}",
             queues=[self.queue],
             on_retry=on_retry,
             on_dead=on_dead,
             max_attempts=max_attempts,
-            backoff=ScriptedBackoff(1.0, 4.0, jitter=self.jitter),
+            backoff=ScriptedBackoff(1.0, 4.0, scripted=self.jitter),
             permanent_errors=(Unfixable,),
             visibility_timeout=VISIBILITY,
             group_lock_timeout=0.05,

@@ -135,7 +135,11 @@ def test_s4_groups_stay_serial_and_ungrouped_jobs_never_wait(bed: Bed) -> None:
                     Message("jobs", "job", {"mark": "u" + m1, "sleep": 0.15}, priority=3),
                 ],
             )
-    workers = [bed.spawn(concurrency=3), bed.spawn(concurrency=3)]
+    # 7 handler threads each: one worker alone can run both group heads and all five
+    # ungrouped jobs at once, so "never wait" does not depend on the second process having
+    # started yet (under load it can start a second later, and with 3 threads a lone worker
+    # gave the ungrouped jobs one slot per round, in step with the groups).
+    workers = [bed.spawn(concurrency=7), bed.spawn(concurrency=7)]
     assert wait_all(workers, 90) == [0, 0]
     events = bed.events()
     # The groups: serial, each in its own (priority, insertion) order

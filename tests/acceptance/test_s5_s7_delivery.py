@@ -23,6 +23,7 @@ from tests.support.workers import (
     completed_order,
     deliver,
     overlaps,
+    sigterm_when_ready,
     started_order,
     wait_all,
     wait_for,
@@ -63,8 +64,8 @@ def test_s5_duplicate_delivery_has_one_effect(bed: Bed) -> None:
         assert (row.state, row.duplicates) == (states.DONE, 2)
         assert Claimer(consumer, bed.engine).claim_next() is None
     finally:
-        for worker in workers:  # SIGTERM: finish and exit 0
-            worker.send_signal(signal.SIGTERM)
+        for worker in workers:  # SIGTERM: finish and exit 0 (the idle one may still start)
+            sigterm_when_ready(worker)
         codes = wait_all(workers, 60)
     assert codes == [0, 0]
     assert [e.mark for e in bed.effects()] == ["once"]

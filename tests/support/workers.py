@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -125,6 +126,30 @@ def wait_all(processes: Sequence[subprocess.Popen[bytes]], timeout: float) -> li
             process.wait()
             raise
     return codes
+
+
+def handles_signal(process: subprocess.Popen[bytes], signum: int) -> bool:
+    """Has ``process`` installed a handler for ``signum``? (Linux: the SigCgt mask in
+    /proc/PID/status.) A worker installs its SIGTERM handler when its run loop starts; before
+    that, during its imports, SIGTERM kills it with the default action (exit -15)."""
+    try:
+        status = Path(f"/proc/{process.pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def sigterm_when_ready(process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """SIGTERM a worker once it handles SIGTERM (or has exited): a test that stops workers
+    which had nothing to do must not kill one still starting up on a loaded machine."""
+    wait_for(
+        lambda: process.poll() is not None or handles_signal(process, signal.SIGTERM),
+        timeout,
+        f"process {process.pid} to install its SIGTERM handler",
+    )
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:

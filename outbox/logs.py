@@ -25,29 +25,33 @@ LIBRARY_LOGGERS_INSIDE_OURS = ("relay.publishers.kafka.librdkafka",)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _level_option(name: str, envvar: str, default: str, help: str) -> Callable[[F], F]:
+    return click.option(
+        name,
+        envvar=envvar,
+        show_envvar=True,
+        default=default,
+        show_default=True,
+        type=click.Choice(LEVELS, case_sensitive=False),
+        help=help,
+    )
+
+
 def log_options(func: F) -> F:
     """``--log-level`` and ``--library-log-level``, each with its environment variable."""
-    func = click.option(
+    func = _level_option(
         "--library-log-level",
-        envvar="OUTBOX_LIBRARY_LOG_LEVEL",
-        show_envvar=True,
-        default="WARNING",
-        show_default=True,
-        type=click.Choice(LEVELS, case_sensitive=False),
-        help="Level of the libraries' loggers: pika, confluent_kafka/librdkafka, alembic, "
+        "OUTBOX_LIBRARY_LOG_LEVEL",
+        "WARNING",
+        "Level of the libraries' loggers: pika, confluent_kafka/librdkafka, alembic, "
         "sqlalchemy, urllib3, ...",
     )(func)
-    func = click.option(
+    return _level_option(
         "--log-level",
-        envvar="OUTBOX_LOG_LEVEL",
-        show_envvar=True,
-        default="INFO",
-        show_default=True,
-        type=click.Choice(LEVELS, case_sensitive=False),
-        help="Level of our own loggers: outbox, relay, inbox (and in a worker the "
-        "consumer's package).",
+        "OUTBOX_LOG_LEVEL",
+        "INFO",
+        "Level of our own loggers: outbox, relay, inbox (and in a worker the consumer's package).",
     )(func)
-    return func
 
 
 def configure_logging(level: str, library_level: str = "WARNING", ours: Iterable[str] = ()) -> None:

@@ -8,7 +8,6 @@ Debian's ``prometheus`` package provides the binary (``scripts/ensure-promtool.s
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -18,15 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.kafka import free_port
-from tests.support.services import missing
+from tests.support.services import binary
 
 
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        missing("prometheus", "not on PATH; run scripts/ensure-promtool.sh (make test does)")
-    assert path is not None
-    return path
+    return binary("prometheus", "run scripts/ensure-promtool.sh (make test does)")
 
 
 class Prometheus:

@@ -7,6 +7,7 @@ Locally a missing service skips the tests that need it, with the reason printed.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 
 import pytest
@@ -36,3 +37,12 @@ def missing(service: str, reason: str) -> None:
     if IN_CI:
         pytest.fail(message + " (CI=true: a missing service is a failure)", pytrace=False)
     pytest.skip(message)
+
+
+def binary(name: str, hint: str) -> str:
+    """The path of a program the tests run, or ``missing()`` (a failure under CI)."""
+    path = shutil.which(name)
+    if path is None:
+        missing(name, f"not on PATH; {hint}")
+    assert path is not None
+    return path

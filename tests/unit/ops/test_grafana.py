@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from outbox.metrics import DatabaseGauges, InboxGauge, Metrics, OutboxGauge, Snapshot
 from outbox.ops import gauges as gauges_mod
-from tests.support.services import missing
+from tests.support.services import binary
 
 GRAFANA = Path(__file__).resolve().parents[3] / "grafana"
 DASHBOARD = GRAFANA / "dashboard.json"
@@ -144,11 +144,7 @@ def test_dashboard_is_import_ready_with_a_datasource_variable() -> None:
 
 
 def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        missing("promtool", "not on PATH; run scripts/ensure-promtool.sh (make test does)")
-    assert path is not None
-    return path
+    return binary("promtool", "run scripts/ensure-promtool.sh (make test does)")
 
 
 def run_promtool(*args: str, cwd: Path = GRAFANA) -> subprocess.CompletedProcess[str]:

@@ -133,3 +133,50 @@ def short_traceback(text: str, limit: int = 2000) -> str:
     if len(text) <= limit:
         return text
     return "...\n" + text[-(limit - 4) :]
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One group as the batched claimer reads it, under its group lock: the ids of its
+    processing and halted rows, its head among the rows in line, and (job-queue deployment)
+    the (priority, id) of its first committed outbox row not yet received."""
+
+    busy: tuple[int, ...] = ()
+    head: Row | None = None
+    outbox_head: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class GroupDecision:
+    claim: Row | None = None  # the row to claim now, if any
+    resumed: bool = False  # ``claim`` is an expired claim taken back (exclusion only)
+    waiting: tuple[int, ...] = ()  # candidates to set waiting: a blocker stands before them
+
+
+def decide_group(candidates: Sequence[Row], view: GroupView, now: datetime) -> GroupDecision:
+    """What a claimer holding a group's lock does with it: the same rules as ``blocker``
+    and ``head``, decided for the whole group at once.
+
+    An expired claim (a candidate still ``processing``) is taken back if nothing else of the
+    group runs: a continuation, so exclusion applies and ordering does not. Otherwise the
+    group's head is claimed when nothing runs, no undelivered outbox row stands before it
+    and it may start now (a retry not yet due holds the group); it need not be one of the
+    candidates (a waiting head freed by its predecessor). Every other candidate waits.
+    """
+    resumable = [c for c in candidates if c.state == states.PROCESSING]
+    others = tuple(c.id for c in candidates if c.state != states.PROCESSING)
+    if resumable:
+        row = resumable[0]
+        if any(busy != row.id for busy in view.busy):
+            return GroupDecision(waiting=others)
+        return GroupDecision(claim=row, resumed=True, waiting=others)
+    head = view.head
+    blocked = (
+        bool(view.busy)
+        or head is None
+        or (view.outbox_head is not None and view.outbox_head < (head.priority, head.seq))
+        or (head.state == states.RETRY and (head.available_at is None or head.available_at > now))
+    )
+    if blocked or head is None:
+        return GroupDecision(waiting=others)
+    return GroupDecision(claim=head, waiting=tuple(i for i in others if i != head.id))

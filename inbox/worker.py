@@ -1,9 +1,11 @@
-"""The worker process: one source thread (receive -> ingest), N handler threads (claim -> run),
-and on PostgreSQL a LISTEN thread that wakes them. SIGTERM lets running handlers finish.
+"""The worker process: one source thread (receive -> ingest), N handler threads (claim a batch
+-> run it in one transaction), a heartbeat thread renewing every held lease, and on
+PostgreSQL a LISTEN thread that wakes them. SIGTERM lets running batches finish.
 
-A handler thread that finishes a message loops straight back to claiming, and the finisher
-has just promoted its group's next head: a group's next message starts at once, not after a
-poll interval. Idle threads wait for a wake-up (NOTIFY, local ingest) or ``poll_interval``.
+A handler thread that finishes a batch claims again at once, looking first at the groups its
+batch freed: a group's next message starts right after its predecessor commits, not after a
+poll interval. Idle threads wait for a wake-up (NOTIFY, local ingest, a retry falling due)
+or ``poll_interval``.
 """
 
 from __future__ import annotations
@@ -13,21 +15,30 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC
 from types import FrameType
 from typing import Any
 
 from sqlalchemy import Engine
 
 from inbox import queries
+from inbox import queries_batch as q
+from inbox.batch_claims import BatchClaimer
+from inbox.batch_runner import BatchRunner, Isolation
 from inbox.claims import Claimer
 from inbox.consumer import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
-from inbox.runner import DONE, LOST, Runner
+from inbox.leases import LeaseKeeper
+from inbox.runner import DONE, LOST, _frees_group
 from inbox.source import Source
 from outbox import metrics, states
 from outbox.backoff import outage_delay
+from outbox.clock import utcnow
 
 log = logging.getLogger("inbox.worker")
+
+
+DEFAULT_BATCH_SIZE = 50
 
 
 @dataclass
@@ -37,7 +48,12 @@ class WorkerOptions:
     head_pass_interval: float = 5.0
     stop_when_idle: bool = False
     time_limit: float | None = None
-    batch: int = 100
+    batch: int = 100  # messages received per ingest
+    # Handlers per database transaction (1: one transaction per message), how a raising
+    # handler is kept from the others' effects, and when a slow batch commits early.
+    batch_size: int = DEFAULT_BATCH_SIZE
+    isolation: Isolation = "rerun"
+    batch_seconds: float = 1.0
 
 
 class Worker:
@@ -62,7 +78,17 @@ class Worker:
         self.ingest.on_ingested = self._ingested
         self.claimer = Claimer(consumer, engine, job_queue=job_queue, broker=broker)
         self.claimer.on_promoted = self.claim_wake.set
-        self.runner = Runner(consumer, engine, self.claimer)
+        self.batch_claimer = BatchClaimer(
+            consumer, engine, job_queue=self.claimer.job_queue, broker=broker
+        )
+        self.runner = BatchRunner(
+            consumer,
+            engine,
+            isolation=self.options.isolation,
+            batch_seconds=self.options.batch_seconds,
+        )
+        self.leases = LeaseKeeper(consumer, engine)
+        self.inbox = self.claimer.inbox
         self.source_empty = False
         self.last_busy = time.monotonic()
         self.processed: dict[str, int] = {}
@@ -83,6 +109,11 @@ class Worker:
             threading.Thread(target=self._handler_loop, name=f"inbox-handler-{i}", daemon=True)
             for i in range(self.options.concurrency)
         ]
+        beat_stop = threading.Event()
+        beat = threading.Thread(
+            target=self.leases.run, args=(beat_stop,), name="inbox-heartbeat", daemon=True
+        )
+        beat.start()
         if self.engine.dialect.name == "postgresql":
             threads.append(
                 threading.Thread(target=self._listen_loop, name="inbox-listen", daemon=True)
@@ -124,6 +155,8 @@ class Worker:
             self.source.close()
             for thread in threads:
                 thread.join()
+            beat_stop.set()
+            beat.join()
             log.info("%s", self.summary(time.monotonic() - started))
         return 0
 
@@ -168,26 +201,66 @@ class Worker:
 
     def _handler_loop(self) -> None:
         failures = 0
+        freed: list[str] = []  # groups this thread's last batch freed: look there first
         while not self.stop.is_set():
             try:
-                claim = self.claimer.claim_next()
-                found = claim is not None
-                while claim is not None:  # a finisher runs its group's next head at once
+                claims = self.batch_claimer.claim(
+                    self.options.batch_size, freed, share=self.options.concurrency
+                )
+                freed = []
+                if self.batch_claimer.left_some:
+                    self.claim_wake.set()  # the rest is for the idle threads
+                if claims:
                     self.last_busy = time.monotonic()
-                    outcome, claim = self.runner.run_and_take_next(
-                        claim, take_next=not self.stop.is_set()
-                    )
+                    freed = self._run_batch(claims)
                     self.last_busy = time.monotonic()
-                    with self._lock:
-                        self.processed[outcome] = self.processed.get(outcome, 0) + 1
                 failures = 0
             except Exception as exc:  # the database went away: back off, never die
                 failures += 1
                 log.error("handler loop error (%s in a row): %s", failures, exc)
                 self.stop.wait(outage_delay(failures))
                 continue
-            if not found and self.claim_wake.wait(self.options.poll_interval):
+            if not claims and self.claim_wake.wait(self._idle_wait()):
                 self.claim_wake.clear()
+        if freed:  # stopping: let another worker take the freed groups' next heads now
+            for group in freed:
+                self._safely(lambda g=group: self.claimer.promote_group(g))
+
+    def _run_batch(self, claims: list[Any]) -> list[str]:
+        """Run one claimed batch; returns the groups it freed."""
+        self.leases.hold(claims)
+        try:
+            outcomes = self.runner.run(claims)
+        finally:
+            self.leases.drop(claims)
+        freed: list[str] = []
+        with self._lock:
+            for _, outcome in outcomes:
+                self.processed[outcome] = self.processed.get(outcome, 0) + 1
+        if any(outcome == states.RETRY for _, outcome in outcomes):
+            self.claim_wake.set()  # idle threads work out their wait again: a retry is due
+        for claim, outcome in outcomes:
+            group = claim.serial_group
+            if group is not None and _frees_group(outcome, self.consumer, claim.row.queue):
+                freed.append(group)
+        return freed
+
+    def _idle_wait(self) -> float:
+        """Seconds an idle thread waits: the poll interval, or less if a retry falls due
+        sooner (read from the database: any worker of the consumer may have written it)."""
+        poll = self.options.poll_interval
+        try:
+            with self.engine.connect() as conn:
+                due = conn.execute(q.next_retry_due(self.inbox, self.consumer.name)).scalar()
+        except Exception:
+            return poll
+        if due is None:
+            return poll
+        if due.tzinfo is None:
+            due = due.replace(tzinfo=UTC)
+        ahead = float((due - utcnow()).total_seconds())
+        # Already due yet not claimed just now (its group is busy): the poll interval.
+        return min(poll, ahead) if ahead > 0 else poll
 
     def _listen_loop(self) -> None:
         import psycopg

@@ -1,0 +1,246 @@
+"""Running a batch of claims: up to N handlers in ONE database transaction.
+
+Each handler writes through the one Session; the transaction ends with one ``UPDATE`` marking
+every succeeded message done (fenced by id and claim token), the failed messages' retry /
+failed / halted rows, and one COMMIT. A crash anywhere rolls the whole batch back, so every
+effect commits exactly once, with its done mark (G3); a claim taken back meanwhile (G9) makes
+the fence change fewer rows: the batch is rolled back and re-run without it.
+
+A handler that raises must not take the others' effects with it. Two ways (``isolation``):
+``"savepoint"``: a SAVEPOINT around each handler, rolled back alone when it raises;
+``"rerun"``: no savepoints; when a handler raises the transaction is rolled back and re-run
+without the failing message, whose failure is then written with the rest (the other
+handlers run again: their effects of the first run were rolled back).
+A time bound (``batch_seconds``) commits early what is done when handlers are slow; the rest
+of the batch runs in the next transaction (its claims stay held, their leases renewed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from inbox import queries, rules
+from inbox import queries_batch as q
+from inbox.claims import Claim
+from inbox.consumer import Consumer, Handler
+from inbox.ingest import wake_payload
+from inbox.runner import _RESULTS, DONE, LOST, _describe, _message
+from outbox import metrics, states
+from outbox.clock import utcnow
+from outbox.schema import schema_for
+
+log = logging.getLogger("inbox.runner")
+
+Isolation = Literal["savepoint", "rerun"]
+ISOLATIONS: tuple[Isolation, ...] = ("savepoint", "rerun")
+
+
+@dataclass(frozen=True)
+class Failed:
+    claim: Claim
+    error: str
+    permanent: bool
+
+
+class _Raised(Exception):
+    """A handler raised in "rerun" mode: roll back, drop it from the batch, run again."""
+
+    def __init__(self, failed: Failed) -> None:
+        self.failed = failed
+
+
+class BatchRunner:
+    def __init__(
+        self,
+        consumer: Consumer,
+        engine: Engine,
+        *,
+        isolation: Isolation = "rerun",
+        batch_seconds: float = 1.0,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"isolation: must be one of {ISOLATIONS}, got {isolation!r}")
+        self.consumer = consumer
+        self.engine = engine
+        self.isolation = isolation
+        self.batch_seconds = batch_seconds
+        self.clock = clock
+        self.inbox = schema_for(consumer.config).inbox
+        self.metrics = metrics.default()
+        self._notify = engine.dialect.name == "postgresql"
+
+    def run(self, claims: Sequence[Claim]) -> list[tuple[Claim, str]]:
+        """Run every claim; returns (claim, outcome) in the order they finished: done,
+        retry, failed, halted or lost (taken back: its effect was rolled back)."""
+        outcomes: list[tuple[Claim, str]] = []
+        failed: list[Failed] = []
+        pending: list[Claim] = []
+        for claim in claims:
+            reason = self._refused(claim)
+            if reason is None:
+                pending.append(claim)
+            else:
+                failed.append(Failed(claim, reason, permanent=True))
+        while pending or failed:
+            done, failed, pending, lost = self._transaction(pending, failed)
+            outcomes += [(c, LOST) for c in lost]
+            outcomes += done
+            failed = []
+        for claim, outcome in outcomes:
+            self._count(claim, outcome)
+        return outcomes
+
+    def _refused(self, claim: Claim) -> str | None:
+        """Why a claim fails without running: no handler, or its workers kept dying."""
+        row = claim.row
+        if self.consumer.handler_for(row.type) is None:
+            return f"unknown message type {row.type!r}"
+        if claim.attempt > self.consumer.max_attempts:
+            return (
+                f"the worker died while running it: attempt {claim.attempt} of "
+                f"{self.consumer.max_attempts}"
+            )
+        return None
+
+    def _transaction(
+        self, pending: list[Claim], failed: list[Failed]
+    ) -> tuple[list[tuple[Claim, str]], list[Failed], list[Claim], list[Claim]]:
+        """One transaction: run handlers of ``pending`` until the time bound, write the done
+        marks and the failures. Returns (outcomes, failures carried over, claims not yet run,
+        claims lost)."""
+        lost: list[Claim] = []
+        while True:
+            try:
+                with Session(self.engine) as session:
+                    ran, raised, rest = self._handlers(session, pending)
+                    failed_now = failed + raised
+                    outcomes = self._finish(session, ran, failed_now)
+                    if outcomes is None:  # a claim was taken back: find it, run again
+                        session.rollback()
+                        held = self._held(pending + [f.claim for f in failed])
+                        if len(held) == len(pending) + len(failed):
+                            raise RuntimeError("done marks changed fewer rows than are held")
+                        lost += [c for c in pending if c.row_id not in held]
+                        lost += [f.claim for f in failed if f.claim.row_id not in held]
+                        pending = [c for c in pending if c.row_id in held]
+                        failed = [f for f in failed if f.claim.row_id in held]
+                        continue
+                    session.commit()
+                    return outcomes, [], rest, lost
+            except _Raised as exc:  # "rerun": without the one that raised
+                failed = [*failed, exc.failed]
+                pending = [c for c in pending if c is not exc.failed.claim]
+
+    def _handlers(
+        self, session: Session, pending: list[Claim]
+    ) -> tuple[list[Claim], list[Failed], list[Claim]]:
+        started = time.monotonic()
+        ran: list[Claim] = []
+        raised: list[Failed] = []
+        for index, claim in enumerate(pending):
+            if ran and time.monotonic() - started >= self.batch_seconds:
+                return ran, raised, pending[index:]
+            handler = self.consumer.handler_for(claim.row.type)
+            assert handler is not None
+            error = self._one(session, claim, handler)
+            if error is None:
+                ran.append(claim)
+            elif self.isolation == "rerun":
+                session.rollback()
+                raise _Raised(error)
+            else:
+                raised.append(error)
+        return ran, raised, []
+
+    def _one(self, session: Session, claim: Claim, handler: Handler) -> Failed | None:
+        row = claim.row
+        message = _message(row, claim.attempt)
+        started = time.perf_counter()
+        try:
+            if self.isolation == "savepoint":
+                with session.begin_nested():
+                    handler(session, message)
+            else:
+                handler(session, message)
+                session.flush()  # the handler's pending ORM writes fail here, as its own
+        except Exception as exc:
+            return Failed(claim, _describe(exc), self.consumer.is_permanent(exc))
+        finally:
+            self.metrics.handler_time(
+                self.consumer.name, row.queue, row.priority, time.perf_counter() - started
+            )
+        return None
+
+    def _finish(
+        self, session: Session, ran: list[Claim], failed: list[Failed]
+    ) -> list[tuple[Claim, str]] | None:
+        """The done marks (one statement per claim pass) and the failures; None when the
+        fence refused one (a claim taken back)."""
+        now = self.clock()
+        outcomes: list[tuple[Claim, str]] = []
+        by_token: dict[Any, list[Claim]] = {}
+        for claim in ran:
+            by_token.setdefault(claim.token, []).append(claim)
+        for token, claims in by_token.items():
+            ids = [c.row_id for c in claims]
+            changed = session.execute(q.finish_done_many(self.inbox, ids, token, now))
+            if changed.rowcount != len(ids):  # type: ignore[attr-defined]
+                return None
+            outcomes += [(c, DONE) for c in claims]
+        for failure in failed:
+            claim = failure.claim
+            decided = rules.after_failure(
+                claim.attempt,
+                permanent=failure.permanent,
+                max_attempts=self.consumer.max_attempts,
+                on_dead=self.consumer.on_dead_for(claim.row.queue),
+                backoff=self.consumer.backoff,
+            )
+            changed = session.execute(
+                queries.finish_failed(
+                    self.inbox,
+                    claim.row_id,
+                    claim.token,
+                    state=decided.state,
+                    available_at=now + decided.delay,
+                    last_error=failure.error,
+                    now=now,
+                )
+            )
+            if changed.rowcount != 1:  # type: ignore[attr-defined]
+                return None
+            outcomes.append((claim, decided.state))
+        if self._notify and any(o == states.RETRY for _, o in outcomes):
+            # Idle workers of the consumer, in any process, work out their wait again.
+            channel = self.consumer.config.notify_channel
+            session.execute(queries.notify(channel, wake_payload(self.consumer)))
+        return outcomes
+
+    def _held(self, claims: list[Claim]) -> set[int]:
+        held: set[int] = set()
+        by_token: dict[Any, list[int]] = {}
+        for claim in claims:
+            by_token.setdefault(claim.token, []).append(claim.row_id)
+        with self.engine.connect() as conn:
+            for token, ids in by_token.items():
+                held.update(conn.execute(q.still_held(self.inbox, ids, token)).scalars())
+        return held
+
+    def _count(self, claim: Claim, outcome: str) -> None:
+        result = _RESULTS.get(outcome)
+        if result is None:  # lost: the run that took the claim back counts it
+            return
+        row = claim.row
+        self.metrics.processed(self.consumer.name, row.queue, row.priority, result)
+        if outcome == DONE and row.occurred_at is not None:
+            age = (self.clock() - row.occurred_at).total_seconds()
+            self.metrics.end_to_end(self.consumer.name, row.queue, row.priority, age)

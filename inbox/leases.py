@@ -1,0 +1,70 @@
+"""One heartbeat per worker: renews the lease of every claim the worker holds, in one
+statement, every third of the visibility timeout (not a thread per message).
+
+A claim leaves the keeper when its batch ends, whatever the outcome, so a claim the worker
+gave up on (its transaction failed) is no longer renewed and expires for another worker (G9).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+
+from inbox import queries_batch as q
+from inbox.claims import Claim
+from inbox.consumer import Consumer
+from outbox.clock import utcnow
+from outbox.schema import schema_for
+
+log = logging.getLogger("inbox.leases")
+
+
+class LeaseKeeper:
+    def __init__(
+        self, consumer: Consumer, engine: Engine, clock: Callable[[], datetime] = utcnow
+    ) -> None:
+        self.consumer = consumer
+        self.engine = engine
+        self.clock = clock
+        self.inbox = schema_for(consumer.config).inbox
+        self._held: dict[int, Any] = {}  # row id -> the token it is claimed under
+        self._lock = threading.Lock()
+
+    def hold(self, claims: Iterable[Claim]) -> None:
+        with self._lock:
+            self._held.update((c.row_id, c.token) for c in claims)
+
+    def drop(self, claims: Iterable[Claim]) -> None:
+        with self._lock:
+            for claim in claims:
+                if self._held.get(claim.row_id) == claim.token:
+                    del self._held[claim.row_id]
+
+    def held(self) -> dict[int, Any]:
+        with self._lock:
+            return dict(self._held)
+
+    def renew(self) -> int:
+        """Push every held lease one visibility timeout ahead; returns the rows renewed."""
+        held = self.held()
+        if not held:
+            return 0
+        lease = self.clock() + timedelta(seconds=self.consumer.visibility_timeout)
+        tokens = list(set(held.values()))
+        with self.engine.begin() as conn:
+            statement = q.renew_leases(self.inbox, list(held), tokens, lease)
+            return int(conn.execute(statement).rowcount)
+
+    def run(self, stop: threading.Event) -> None:
+        """The heartbeat thread's loop, until ``stop``."""
+        interval = self.consumer.visibility_timeout / 3
+        while not stop.wait(interval):
+            try:
+                self.renew()
+            except Exception as exc:  # the database is away: the next beat tries again
+                log.warning("leases not renewed: %s", exc)

@@ -89,7 +89,8 @@ class BatchClaimer:
             with conn.begin():
                 now = self.clock()
                 rows = conn.execute(
-                    q.locked_candidates(self.inbox, self.consumer.name, now, limit, self.family)
+                    q.locked_candidates(self.inbox, self.family),
+                    {"consumer": self.consumer.name, "now": now, "limit": limit},
                 ).all()
                 if share > 1 and len(rows) < limit:
                     quota = -(-(len(rows) + len(extra)) // share)
@@ -107,8 +108,8 @@ class BatchClaimer:
                 waiting: list[int] = []
                 if by_group:
                     locked = self._lock_groups(conn, list(by_group))
-                    names = [rules.mysql_lock_name(self.consumer.name, g) for g in locked]
-                    names = names if self.family == "mysql" else []
+                    if self.family == "mysql":
+                        names = [rules.mysql_lock_name(self.consumer.name, g) for g in locked]
                     room = max(0, limit - len(fresh) - len(resumed))
                     decided = self._decide(conn, {g: by_group[g] for g in locked}, now, room)
                     fresh += decided[0]
@@ -116,10 +117,10 @@ class BatchClaimer:
                     waiting = decided[2]
                 claims = self._update(conn, fresh, resumed, now) if fresh or resumed else []
                 if waiting:
-                    conn.execute(q.mark_waiting_many(self.inbox, waiting, now))
+                    conn.execute(q.mark_waiting_many(self.inbox), {"ids": waiting, "now": now})
         finally:
             if names:
-                conn.execute(q.release_locks_mysql(names))
+                conn.execute(q.release_locks_mysql(len(names)), q.lock_parameters(names))
                 conn.commit()
         claims.sort(key=lambda c: (c.row.priority, c.row.seq, c.row_id))
         return claims
@@ -130,10 +131,10 @@ class BatchClaimer:
             return groups
         if self.family == "postgresql":
             keys = [rules.pg_lock_key(self.consumer.name, g) for g in groups]
-            obtained = conn.execute(q.try_locks_pg(keys)).one()
+            obtained = conn.execute(q.try_locks_pg(len(keys)), q.lock_parameters(keys)).one()
         else:
             names = [rules.mysql_lock_name(self.consumer.name, g) for g in groups]
-            obtained = conn.execute(q.get_locks_mysql(names)).one()
+            obtained = conn.execute(q.get_locks_mysql(len(names)), q.lock_parameters(names)).one()
         return [g for g, ok in zip(groups, obtained, strict=True) if ok == 1 or ok is True]
 
     def _decide(
@@ -165,7 +166,7 @@ class BatchClaimer:
         if heads and self.family != "sqlite":
             # A head that was not our candidate may be row-locked by another claimer right
             # now: skip it rather than wait (see ``queries_batch.lock_rows``).
-            got = set(conn.execute(q.lock_rows(self.inbox, heads)).scalars())
+            got = set(conn.execute(q.lock_rows(self.inbox), {"ids": heads}).scalars())
             fresh = [i for i in fresh if i not in heads or i in got]
         return fresh, resumed, waiting
 
@@ -174,17 +175,22 @@ class BatchClaimer:
         statement = q.group_views(
             self.inbox,
             self.outbox if self.job_queue else None,
-            consumer=self.consumer.name,
-            groups=groups,
-            queues=self.consumer.queues,
-            now=now,
-            skip_retry=self.consumer.step_aside,
-            sent_since=sent_since,
+            self.consumer.step_aside,
+            self.broker,
         )
+        parameters: dict[str, Any] = {
+            "consumer": self.consumer.name,
+            "groups": groups,
+            "now": now,
+        }
+        if self.job_queue:
+            parameters["queues"] = list(self.consumer.queues)
+            if self.broker:
+                parameters["sent_since"] = sent_since
         busy: dict[str, list[int]] = {}
         heads: dict[str, rules.Row] = {}
         outbox_heads: dict[str, tuple[int, int]] = {}
-        for r in conn.execute(statement):
+        for r in conn.execute(statement, parameters):
             if r.kind == q.BUSY:
                 busy.setdefault(r.serial_group, []).append(r.id)
             elif r.kind == q.HEAD:
@@ -203,15 +209,25 @@ class BatchClaimer:
     ) -> list[Claim]:
         token = uuid4()
         lease = now + timedelta(seconds=self.consumer.visibility_timeout)
-        statement = q.claim_many(
-            self.inbox, fresh, resumed, token, now, lease, returning=self._returning
+        ids = [*fresh, *resumed]
+        result = conn.execute(
+            q.claim_many(self.inbox, self._returning),
+            {
+                "ids": ids,
+                "fresh": list(fresh),
+                "resumed": list(resumed),
+                "token": token,
+                "now": now,
+                "lease_until": lease,
+            },
         )
-        result = conn.execute(statement)
         if self._returning:
             rows = result.all()
+        elif result.rowcount:
+            loaded = q.load_claimed(self.inbox)
+            rows = conn.execute(loaded, {"ids": ids, "token": token}).all()
         else:
-            loaded = q.load_claimed(self.inbox, [*fresh, *resumed], token)
-            rows = conn.execute(loaded).all() if result.rowcount else []
+            rows = []
         return [Claim(r.id, token, r.serial_group, int(r.attempts), r) for r in rows]
 
 

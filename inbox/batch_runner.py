@@ -22,13 +22,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from inbox import queries, rules
 from inbox import queries_batch as q
+from inbox.batching import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
 from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
 from inbox.ingest import wake_payload
@@ -38,9 +39,6 @@ from outbox.clock import utcnow
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.runner")
-
-Isolation = Literal["savepoint", "rerun"]
-ISOLATIONS: tuple[Isolation, ...] = ("savepoint", "rerun")
 
 
 @dataclass(frozen=True)
@@ -63,8 +61,8 @@ class BatchRunner:
         consumer: Consumer,
         engine: Engine,
         *,
-        isolation: Isolation = "rerun",
-        batch_seconds: float = 1.0,
+        isolation: Isolation = DEFAULT_ISOLATION,
+        batch_seconds: float = DEFAULT_BATCH_SECONDS,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         if isolation not in ISOLATIONS:
@@ -192,7 +190,9 @@ class BatchRunner:
             by_token.setdefault(claim.token, []).append(claim)
         for token, claims in by_token.items():
             ids = [c.row_id for c in claims]
-            changed = session.execute(q.finish_done_many(self.inbox, ids, token, now))
+            changed = session.execute(
+                q.finish_done_many(self.inbox), {"ids": ids, "token": token, "now": now}
+            )
             if changed.rowcount != len(ids):  # type: ignore[attr-defined]
                 return None
             outcomes += [(c, DONE) for c in claims]
@@ -232,7 +232,8 @@ class BatchRunner:
             by_token.setdefault(claim.token, []).append(claim.row_id)
         with self.engine.connect() as conn:
             for token, ids in by_token.items():
-                held.update(conn.execute(q.still_held(self.inbox, ids, token)).scalars())
+                found = conn.execute(q.still_held(self.inbox), {"ids": ids, "token": token})
+                held.update(found.scalars())
         return held
 
     def _count(self, claim: Claim, outcome: str) -> None:

@@ -8,6 +8,13 @@ import sys
 
 import click
 
+from inbox.batching import (
+    DEFAULT_BATCH_SECONDS,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_ISOLATION,
+    ISOLATIONS,
+    Isolation,
+)
 from inbox.cli_ops import commands as ops_commands
 from inbox.cli_repair import commands as repair_commands
 from inbox.consumer import Consumer
@@ -66,6 +73,38 @@ def load_consumer(target: str) -> Consumer:
     help="Handler threads in this process.",
 )
 @click.option(
+    "--batch-size",
+    envvar="OUTBOX_BATCH_SIZE",
+    show_envvar=True,
+    default=DEFAULT_BATCH_SIZE,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Handlers per database transaction: each handler thread claims up to this many "
+    "messages at once and commits their effects and done marks together (1: one "
+    "transaction per message). See docs/batches.md.",
+)
+@click.option(
+    "--batch-isolation",
+    envvar="OUTBOX_BATCH_ISOLATION",
+    show_envvar=True,
+    default=DEFAULT_ISOLATION,
+    show_default=True,
+    type=click.Choice(ISOLATIONS),
+    help="When a handler raises: 'rerun' rolls the batch back and runs it again without that "
+    "message; 'savepoint' wraps each handler in a SAVEPOINT (no re-runs, two more round "
+    "trips per message).",
+)
+@click.option(
+    "--batch-seconds",
+    envvar="OUTBOX_BATCH_SECONDS",
+    show_envvar=True,
+    default=DEFAULT_BATCH_SECONDS,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="A batch whose handlers have run this long commits what is done; the rest of it "
+    "runs in the next transaction.",
+)
+@click.option(
     "--poll-interval",
     envvar="OUTBOX_POLL_INTERVAL",
     show_envvar=True,
@@ -114,6 +153,9 @@ def worker(
     source: str,
     queues: tuple[str, ...],
     concurrency: int,
+    batch_size: int,
+    batch_isolation: Isolation,
+    batch_seconds: float,
     poll_interval: float,
     stop_when_idle: bool,
     time_limit: float | None,
@@ -168,6 +210,9 @@ def worker(
             )
         options = WorkerOptions(
             concurrency=concurrency,
+            batch_size=batch_size,
+            isolation=batch_isolation,
+            batch_seconds=batch_seconds,
             poll_interval=poll_interval,
             stop_when_idle=stop_when_idle,
             time_limit=time_limit,

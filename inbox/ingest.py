@@ -69,11 +69,11 @@ class InboxIngest:
         family = dialect_family(conn)
         for batch in _distinct_batches(rows):
             if family == "mysql":
-                rowcount = conn.execute(queries.ingest_mysql(self.table, batch)).rowcount
+                rowcount = conn.execute(queries.ingest_mysql(self.table), batch).rowcount
                 duplicates += rowcount - len(batch)
                 inserted += len(batch) - (rowcount - len(batch))
             else:
-                returned = conn.execute(queries.ingest_returning(family, self.table, batch)).all()
+                returned = conn.execute(queries.ingest_returning(family, self.table), batch).all()
                 fresh = sum(1 for r in returned if r.duplicates == 0)
                 inserted += fresh
                 duplicates += len(returned) - fresh

@@ -57,8 +57,8 @@ class LeaseKeeper:
         lease = self.clock() + timedelta(seconds=self.consumer.visibility_timeout)
         tokens = list(set(held.values()))
         with self.engine.begin() as conn:
-            statement = q.renew_leases(self.inbox, list(held), tokens, lease)
-            return int(conn.execute(statement).rowcount)
+            parameters = {"ids": list(held), "tokens": tokens, "lease_until": lease}
+            return int(conn.execute(q.renew_leases(self.inbox), parameters).rowcount)
 
     def run(self, stop: threading.Event) -> None:
         """The heartbeat thread's loop, until ``stop``."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Integer,
     Select,
     Table,
     Update,
@@ -22,6 +24,7 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    literal_column,
     or_,
     select,
     union_all,
@@ -32,29 +35,35 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from inbox.rules import StepAside
 from outbox import states
 
+# A point in time: a value, or a bound parameter of a statement built once (queries_batch).
+Moment = datetime | ColumnElement[Any]
+
 # --- ingest ---------------------------------------------------------------------------------
 
 
-def ingest_returning(family: str, table: Table, rows: Sequence[dict[str, Any]]) -> Any:
+@lru_cache(maxsize=64)
+def ingest_returning(family: str, table: Table) -> Any:
     """PostgreSQL / SQLite: insert; a duplicate bumps ``duplicates`` instead of raising.
+    Executed with the list of rows (SQLAlchemy's "insertmanyvalues": one compiled statement,
+    many rows per round trip).
 
     RETURNING ``duplicates``: 0 for a row inserted now, >= 1 for a duplicate.
     """
     dialect_insert = postgresql.insert if family == "postgresql" else sqlite.insert
-    stmt = dialect_insert(table).values(list(rows))
+    stmt = dialect_insert(table)
     return stmt.on_conflict_do_update(
         index_elements=["event_id", "consumer"],
         set_={"duplicates": table.c.duplicates + 1},
     ).returning(table.c.event_id, table.c.duplicates)
 
 
-def ingest_mysql(table: Table, rows: Sequence[dict[str, Any]]) -> Any:
-    """MariaDB/MySQL: rowcount = inserted + 2 x duplicates (the duplicate's counter changes)."""
-    return (
-        mysql.insert(table)
-        .values(list(rows))
-        .on_duplicate_key_update(duplicates=table.c.duplicates + 1)
-    )
+@lru_cache(maxsize=64)
+def ingest_mysql(table: Table) -> Any:
+    """MariaDB/MySQL, executed with the list of rows: rowcount = inserted + 2 x duplicates
+    (the duplicate's counter changes)."""
+    # A constant, not a parameter: PyMySQL's executemany takes no parameter after VALUES.
+    one = literal_column("1", Integer())
+    return mysql.insert(table).on_duplicate_key_update(duplicates=table.c.duplicates + one)
 
 
 def listen(channel: str) -> Any:
@@ -72,7 +81,7 @@ def notify(channel: str, payload: str) -> Select[Any]:
 # --- claim ----------------------------------------------------------------------------------
 
 
-def claimable(table: Table, now: datetime, *, resumed: bool = False) -> ColumnElement[bool]:
+def claimable(table: Table, now: Moment, *, resumed: bool = False) -> ColumnElement[bool]:
     """States a claim may take. A fresh claim: ready, waiting or a due retry. ``resumed``: a
     processing row whose lease expired (its worker died: G9), and nothing else.
 
@@ -129,7 +138,7 @@ def _ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnEleme
     )
 
 
-def _ordering_states(table: Table, now: datetime, skip_retry: StepAside) -> ColumnElement[bool]:
+def _ordering_states(table: Table, now: Moment, skip_retry: StepAside) -> ColumnElement[bool]:
     """Unfinished rows that keep their place in the group order. With on_retry="skip" a
     retry row waiting out its backoff steps aside; once due it is back in line.
     ``skip_retry``: True for every queue, False for none, or a tuple of queues (a queue's

@@ -2,21 +2,26 @@
 
 Same rules as ``inbox/queries.py``, whose predicates it reuses; each statement here handles a
 whole batch, so a batch of N messages costs a fixed number of round trips, not N times one.
-Lists go in as expanding ``IN`` parameters, so every statement compiles once per shape.
+The statements a batch runs every time are built once (``lru_cache``) with named parameters:
+building a SQLAlchemy statement costs more than running it. Lists go in as expanding ``IN``
+parameters, so each compiles once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
+    Integer,
     Select,
     Table,
     Update,
     and_,
+    bindparam,
     func,
     literal,
     null,
@@ -36,14 +41,15 @@ HEAD = "head"
 OUTBOX_HEAD = "outbox"
 
 
-def locked_candidates(
-    table: Table, consumer: str, now: datetime, limit: int, family: str
-) -> Select[Any]:
+@lru_cache(maxsize=64)
+def locked_candidates(table: Table, family: str) -> Select[Any]:
     """``queries.candidates`` (ready rows, due retries, expired claims, most urgent first),
     each branch locking what it returns with ``SKIP LOCKED``: two claimers read disjoint
     candidates instead of racing for the same ones. SQLite: ``BEGIN IMMEDIATE`` already made
-    this transaction the only writer."""
+    this transaction the only writer. Parameters: consumer, now, limit."""
     t = table.c
+    now: BindParameter[Any] = bindparam("now")
+    limit = bindparam("limit", type_=Integer)
     columns = (t.id, t.serial_group, t.priority, t.seq, t.state)
     conditions = (
         t.state == states.READY,
@@ -54,7 +60,7 @@ def locked_candidates(
     for index, condition in enumerate(conditions):
         branch = (
             select(*columns)
-            .where(t.consumer == consumer, condition)
+            .where(t.consumer == bindparam("consumer"), condition)
             .order_by(t.priority, t.seq)
             .limit(limit)
         )
@@ -66,38 +72,45 @@ def locked_candidates(
     return select(merged).order_by(m.priority, m.seq, m.id).limit(limit)
 
 
-def lock_rows(table: Table, ids: Sequence[int]) -> Select[Any]:
-    """Row locks on group heads that were not among our candidates; a row another claimer
-    holds is skipped (never waited for: two claimers each waiting on the other's row would
-    deadlock). SQLite never calls this."""
+@lru_cache(maxsize=64)
+def lock_rows(table: Table) -> Select[Any]:
+    """Row locks on group heads (``ids``) that were not among our candidates; a row another
+    claimer holds is skipped (never waited for: two claimers each waiting on the other's row
+    would deadlock). SQLite never calls this."""
     t = table.c
-    return select(t.id).where(t.id.in_(list(ids))).with_for_update(skip_locked=True)
+    return (
+        select(t.id)
+        .where(t.id.in_(bindparam("ids", expanding=True)))
+        .with_for_update(skip_locked=True)
+    )
 
 
-def try_locks_pg(keys: Sequence[int]) -> Select[Any]:
-    """One row: ``pg_try_advisory_xact_lock`` per group key, in order; held until commit."""
-    return select(*(func.pg_try_advisory_xact_lock(key) for key in keys))
+def lock_parameters(values: Sequence[Any]) -> dict[str, Any]:
+    return {f"k{i}": value for i, value in enumerate(values)}
 
 
-def get_locks_mysql(names: Sequence[str]) -> Select[Any]:
-    """One row: ``GET_LOCK(name, 0)`` per group (1 obtained, 0 busy, NULL error)."""
-    return select(*(func.get_lock(name, 0) for name in names))
+@lru_cache(maxsize=1024)
+def try_locks_pg(count: int) -> Select[Any]:
+    """One row: ``pg_try_advisory_xact_lock`` per group key (``k0`` ...), in order; held
+    until commit."""
+    return select(*(func.pg_try_advisory_xact_lock(bindparam(f"k{i}")) for i in range(count)))
 
 
-def release_locks_mysql(names: Sequence[str]) -> Select[Any]:
-    return select(*(func.release_lock(name) for name in names))
+@lru_cache(maxsize=1024)
+def get_locks_mysql(count: int) -> Select[Any]:
+    """One row: ``GET_LOCK(name, 0)`` per group (``k0`` ...): 1 obtained, 0 busy, NULL
+    error."""
+    return select(*(func.get_lock(bindparam(f"k{i}"), 0) for i in range(count)))
 
 
+@lru_cache(maxsize=1024)
+def release_locks_mysql(count: int) -> Select[Any]:
+    return select(*(func.release_lock(bindparam(f"k{i}")) for i in range(count)))
+
+
+@lru_cache(maxsize=64)
 def group_views(
-    inbox: Table,
-    outbox: Table | None,
-    *,
-    consumer: str,
-    groups: Sequence[str],
-    queues: Sequence[str],
-    now: datetime,
-    skip_retry: StepAside,
-    sent_since: datetime | None,
+    inbox: Table, outbox: Table | None, skip_retry: StepAside, broker: bool
 ) -> Select[Any]:
     """What the claimer needs to decide for each of ``groups``, in ONE statement (one
     snapshot, see ``queries.any_of``): its processing and halted rows (``busy``), its head
@@ -106,11 +119,14 @@ def group_views(
 
     Every read is an index range of ``ix_inbox_group (consumer, serial_group, state, ...)``
     or ``ix_outbox_group``: unfinished rows of these groups only, never their history.
+    Parameters: consumer, groups, queues, now, and with ``broker`` sent_since.
     """
     t = inbox.c
-    names = list(groups)
+    now: BindParameter[Any] = bindparam("now")
     columns = (t.serial_group, t.id, t.state, t.priority, t.seq, t.available_at)
-    mine = and_(t.consumer == consumer, t.serial_group.in_(names))
+    mine = and_(
+        t.consumer == bindparam("consumer"), t.serial_group.in_(bindparam("groups", expanding=True))
+    )
     busy = [
         select(literal(BUSY).label("kind"), *columns).where(mine, t.state == state)
         for state in (states.PROCESSING, states.HALTED)
@@ -139,30 +155,24 @@ def group_views(
         ).where(i.place == 1),
     ]
     if outbox is not None:
-        parts.append(_outbox_heads(outbox, inbox, consumer, names, queues, sent_since))
+        parts.append(_outbox_heads(outbox, inbox, broker))
     return union_all(*parts)  # type: ignore[return-value]
 
 
-def _outbox_heads(
-    outbox: Table,
-    inbox: Table,
-    consumer: str,
-    groups: list[str],
-    queues: Sequence[str],
-    sent_since: datetime | None,
-) -> Select[Any]:
+def _outbox_heads(outbox: Table, inbox: Table, broker: bool) -> Select[Any]:
     """Per group, the first (priority, id) undelivered outbox row (``queries.outbox_blocker``'s
     rule: pending rows; with a broker also rows sent since ``sent_since`` and not received)."""
     o = outbox.c
     undelivered: ColumnElement[bool] = o.status == states.PENDING
-    if sent_since is not None:
+    if broker:
         received = (
             select(inbox.c.id)
-            .where(inbox.c.event_id == o.event_id, inbox.c.consumer == consumer)
+            .where(inbox.c.event_id == o.event_id, inbox.c.consumer == bindparam("consumer"))
             .exists()
         )
         undelivered = or_(
-            undelivered, and_(o.status == states.SENT, o.sent_at >= sent_since, ~received)
+            undelivered,
+            and_(o.status == states.SENT, o.sent_at >= bindparam("sent_since"), ~received),
         )
     ranked = (
         select(
@@ -173,7 +183,11 @@ def _outbox_heads(
             .over(partition_by=o.serial_group, order_by=(o.priority, o.id))
             .label("place"),
         )
-        .where(o.queue.in_(list(queues)), o.serial_group.in_(groups), undelivered)
+        .where(
+            o.queue.in_(bindparam("queues", expanding=True)),
+            o.serial_group.in_(bindparam("groups", expanding=True)),
+            undelivered,
+        )
         .subquery("undelivered")
     )
     r = ranked.c
@@ -188,28 +202,25 @@ def _outbox_heads(
     ).where(r.place == 1)
 
 
-def claim_many(
-    table: Table,
-    fresh: Sequence[int],
-    resumed: Sequence[int],
-    token: Any,
-    now: datetime,
-    lease_until: datetime,
-    *,
-    returning: bool,
-) -> Update:
+@lru_cache(maxsize=64)
+def claim_many(table: Table, returning: bool) -> Update:
     """``queries.claim`` for a whole batch: each row only while still in the state its check
     was made for (``fresh``: ready, waiting or a due retry; ``resumed``: an expired claim).
     One token for the pass; every later change names (id, token), so a claim stays one
-    row's own (a claim taken back gets a new token)."""
+    row's own (a claim taken back gets a new token). Parameters: ids (fresh and resumed),
+    fresh, resumed, token, now, lease_until."""
     t = table.c
+    now: BindParameter[Any] = bindparam("now")
     # The outer id list keeps it a primary-key lookup (InnoDB would otherwise scan and lock
     # its way through the table for the OR).
     condition = and_(
-        t.id.in_([*fresh, *resumed]),
+        t.id.in_(bindparam("ids", expanding=True)),
         or_(
-            and_(t.id.in_(list(fresh)), claimable(table, now)),
-            and_(t.id.in_(list(resumed)), claimable(table, now, resumed=True)),
+            and_(t.id.in_(bindparam("fresh", expanding=True)), claimable(table, now)),
+            and_(
+                t.id.in_(bindparam("resumed", expanding=True)),
+                claimable(table, now, resumed=True),
+            ),
         ),
     )
     stmt = (
@@ -217,64 +228,85 @@ def claim_many(
         .where(condition)
         .values(
             state=states.PROCESSING,
-            claim_token=token,
+            claim_token=bindparam("token"),
             claimed_at=now,
-            lease_until=lease_until,
+            lease_until=bindparam("lease_until"),
             attempts=t.attempts + 1,
         )
     )
     return stmt.returning(*_loaded(table)) if returning else stmt
 
 
-def load_claimed(table: Table, ids: Sequence[int], token: Any) -> Select[Any]:
-    """MariaDB/MySQL (no UPDATE ... RETURNING): which of ``ids`` this pass claimed."""
-    return select(*_loaded(table)).where(_held(table, ids, token))
+@lru_cache(maxsize=64)
+def load_claimed(table: Table) -> Select[Any]:
+    """MariaDB/MySQL (no UPDATE ... RETURNING): which of ``ids`` this pass claimed
+    (``token``)."""
+    return select(*_loaded(table)).where(_held(table))
 
 
-def mark_waiting_many(table: Table, ids: Sequence[int], now: datetime) -> Update:
+@lru_cache(maxsize=64)
+def mark_waiting_many(table: Table) -> Update:
+    """Parameters: ids, now."""
     t = table.c
+    now: BindParameter[Any] = bindparam("now")
     return (
         update(table)
         .where(
-            t.id.in_(list(ids)),
+            t.id.in_(bindparam("ids", expanding=True)),
             or_(t.state == states.READY, and_(t.state == states.RETRY, t.available_at <= now)),
         )
         .values(state=states.WAITING)
     )
 
 
-def _held(table: Table, ids: Sequence[int], token: Any) -> ColumnElement[bool]:
-    """The token fence of ``queries._fenced`` for several rows of one claim pass."""
+def _held(table: Table) -> ColumnElement[bool]:
+    """The token fence of ``queries._fenced`` for the rows ``ids`` of one claim pass
+    (``token``)."""
     t = table.c
-    return and_(t.id.in_(list(ids)), t.claim_token == token, t.state == states.PROCESSING)
-
-
-def finish_done_many(table: Table, ids: Sequence[int], token: Any, now: datetime) -> Update:
-    return (
-        update(table)
-        .where(_held(table, ids, token))
-        .values(state=states.DONE, finished_at=now, lease_until=None, last_error=None)
+    return and_(
+        t.id.in_(bindparam("ids", expanding=True)),
+        t.claim_token == bindparam("token"),
+        t.state == states.PROCESSING,
     )
 
 
-def still_held(table: Table, ids: Sequence[int], token: Any) -> Select[Any]:
-    return select(table.c.id).where(_held(table, ids, token))
-
-
-def renew_leases(
-    table: Table, ids: Sequence[int], tokens: Sequence[Any], lease_until: datetime
-) -> Update:
-    """Every claim a worker holds, in one statement (a row taken back by another worker
-    has a token not among ours)."""
-    t = table.c
+@lru_cache(maxsize=64)
+def finish_done_many(table: Table) -> Update:
+    """Parameters: ids, token, now."""
     return (
         update(table)
-        .where(t.id.in_(list(ids)), t.claim_token.in_(list(tokens)), t.state == states.PROCESSING)
-        .values(lease_until=lease_until)
+        .where(_held(table))
+        .values(state=states.DONE, finished_at=bindparam("now"), lease_until=None, last_error=None)
     )
 
 
-def next_retry_due(table: Table, consumer: str) -> Select[Any]:
-    """When the consumer's next retry falls due (None: no retry waiting)."""
+@lru_cache(maxsize=64)
+def still_held(table: Table) -> Select[Any]:
+    """Parameters: ids, token."""
+    return select(table.c.id).where(_held(table))
+
+
+@lru_cache(maxsize=64)
+def renew_leases(table: Table) -> Update:
+    """Every claim a worker holds (``ids``, ``tokens``), in one statement (a row taken back
+    by another worker has a token not among ours). Parameters: ids, tokens, lease_until."""
     t = table.c
-    return select(func.min(t.available_at)).where(t.consumer == consumer, t.state == states.RETRY)
+    return (
+        update(table)
+        .where(
+            t.id.in_(bindparam("ids", expanding=True)),
+            t.claim_token.in_(bindparam("tokens", expanding=True)),
+            t.state == states.PROCESSING,
+        )
+        .values(lease_until=bindparam("lease_until"))
+    )
+
+
+@lru_cache(maxsize=64)
+def next_retry_due(table: Table) -> Select[Any]:
+    """When the consumer's next retry falls due (None: no retry waiting). Parameter:
+    consumer."""
+    t = table.c
+    return select(func.min(t.available_at)).where(
+        t.consumer == bindparam("consumer"), t.state == states.RETRY
+    )

@@ -24,7 +24,13 @@ from sqlalchemy import Engine
 from inbox import queries
 from inbox import queries_batch as q
 from inbox.batch_claims import BatchClaimer
-from inbox.batch_runner import BatchRunner, Isolation
+from inbox.batch_runner import BatchRunner
+from inbox.batching import (
+    DEFAULT_BATCH_SECONDS,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_ISOLATION,
+    Isolation,
+)
 from inbox.claims import Claimer
 from inbox.consumer import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
@@ -38,9 +44,6 @@ from outbox.clock import utcnow
 log = logging.getLogger("inbox.worker")
 
 
-DEFAULT_BATCH_SIZE = 50
-
-
 @dataclass
 class WorkerOptions:
     concurrency: int = 1
@@ -52,8 +55,8 @@ class WorkerOptions:
     # Handlers per database transaction (1: one transaction per message), how a raising
     # handler is kept from the others' effects, and when a slow batch commits early.
     batch_size: int = DEFAULT_BATCH_SIZE
-    isolation: Isolation = "rerun"
-    batch_seconds: float = 1.0
+    isolation: Isolation = DEFAULT_ISOLATION
+    batch_seconds: float = DEFAULT_BATCH_SECONDS
 
 
 class Worker:
@@ -191,7 +194,7 @@ class Worker:
             except Exception as exc:
                 failures += 1
                 self.source_empty = False
-                log.error("source failed (%s in a row): %s", failures, exc)
+                log.error("source failed (%s in a row): %s", failures, _brief(exc))
                 self.stop.wait(outage_delay(failures))
                 continue
             failures = 0
@@ -217,7 +220,7 @@ class Worker:
                 failures = 0
             except Exception as exc:  # the database went away: back off, never die
                 failures += 1
-                log.error("handler loop error (%s in a row): %s", failures, exc)
+                log.error("handler loop error (%s in a row): %s", failures, _brief(exc))
                 self.stop.wait(outage_delay(failures))
                 continue
             if not claims and self.claim_wake.wait(self._idle_wait()):
@@ -251,7 +254,9 @@ class Worker:
         poll = self.options.poll_interval
         try:
             with self.engine.connect() as conn:
-                due = conn.execute(q.next_retry_due(self.inbox, self.consumer.name)).scalar()
+                due = conn.execute(
+                    q.next_retry_due(self.inbox), {"consumer": self.consumer.name}
+                ).scalar()
         except Exception:
             return poll
         if due is None:
@@ -302,3 +307,8 @@ class Worker:
         except Exception as exc:
             log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
             return None
+
+
+def _brief(exc: BaseException) -> str:
+    """The driver's own message: a batch statement with its parameters would fill pages."""
+    return str(getattr(exc, "orig", None) or exc).strip()

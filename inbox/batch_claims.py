@@ -177,6 +177,7 @@ class BatchClaimer:
             self.outbox if self.job_queue else None,
             self.consumer.step_aside,
             self.broker,
+            self.family,
         )
         parameters: dict[str, Any] = {
             "consumer": self.consumer.name,

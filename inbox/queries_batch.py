@@ -18,6 +18,7 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     Select,
+    String,
     Table,
     Update,
     and_,
@@ -27,9 +28,11 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    true,
     union_all,
     update,
 )
+from sqlalchemy.dialects import postgresql
 
 from inbox.queries import _loaded, _ordering_states, claimable
 from inbox.rules import StepAside
@@ -110,7 +113,7 @@ def release_locks_mysql(count: int) -> Select[Any]:
 
 @lru_cache(maxsize=64)
 def group_views(
-    inbox: Table, outbox: Table | None, skip_retry: StepAside, broker: bool
+    inbox: Table, outbox: Table | None, skip_retry: StepAside, broker: bool, family: str
 ) -> Select[Any]:
     """What the claimer needs to decide for each of ``groups``, in ONE statement (one
     snapshot, see ``queries.any_of``): its processing and halted rows (``busy``), its head
@@ -120,7 +123,10 @@ def group_views(
     Every read is an index range of ``ix_inbox_group (consumer, serial_group, state, ...)``
     or ``ix_outbox_group``: unfinished rows of these groups only, never their history.
     Parameters: consumer, groups, queues, now, and with ``broker`` sent_since.
+    PostgreSQL: one LATERAL ``ORDER BY ... LIMIT 1`` per group (see ``_group_views_pg``).
     """
+    if family == "postgresql":
+        return _group_views_pg(inbox, outbox, skip_retry, broker)
     t = inbox.c
     now: BindParameter[Any] = bindparam("now")
     columns = (t.serial_group, t.id, t.state, t.priority, t.seq, t.available_at)
@@ -159,9 +165,80 @@ def group_views(
     return union_all(*parts)  # type: ignore[return-value]
 
 
-def _outbox_heads(outbox: Table, inbox: Table, broker: bool) -> Select[Any]:
-    """Per group, the first (priority, id) undelivered outbox row (``queries.outbox_blocker``'s
-    rule: pending rows; with a broker also rows sent since ``sent_since`` and not received)."""
+def _group_views_pg(
+    inbox: Table, outbox: Table | None, skip_retry: StepAside, broker: bool
+) -> Select[Any]:
+    """``group_views`` on PostgreSQL: for each name of ``groups`` (an array), LATERAL reads of
+    that one group: index seeks of ``ix_inbox_group`` and ``ix_outbox_group`` that stop at
+    the group's first row in line. The portable form ranks every unfinished row of all the
+    groups at once, and the planner, misled by the IN list, may read the consumer's whole
+    unfinished set for it."""
+    t = inbox.c
+    now: BindParameter[Any] = bindparam("now")
+    consumer: BindParameter[Any] = bindparam("consumer")
+
+    def names() -> Any:
+        array = bindparam("groups", type_=postgresql.ARRAY(String()))
+        return func.unnest(array).table_valued("name").alias("g")
+
+    def per_group(kind: str, rows: Any, g: Any, state: Any = None) -> Select[Any]:
+        r = rows.c
+        return select(
+            literal(kind).label("kind"),
+            g.c.name.label("serial_group"),
+            r.id,
+            r.state if state is None else state,
+            r.priority,
+            r.seq,
+            r.available_at if state is None else null().label("available_at"),
+        ).select_from(g.join(rows, true()))
+
+    columns = (t.id, t.state, t.priority, t.seq, t.available_at)
+    g_busy, g_head = names(), names()
+    busy = (
+        select(*columns)
+        .where(
+            t.consumer == consumer,
+            t.serial_group == g_busy.c.name,
+            t.state.in_((states.PROCESSING, states.HALTED)),
+        )
+        .lateral("busy")
+    )
+    head = (
+        select(*columns)
+        .where(
+            t.consumer == consumer,
+            t.serial_group == g_head.c.name,
+            _ordering_states(inbox, now, skip_retry),
+        )
+        .order_by(t.priority, t.seq, t.id)
+        .limit(1)
+        .lateral("head")
+    )
+    parts = [per_group(BUSY, busy, g_busy), per_group(HEAD, head, g_head)]
+    if outbox is not None:
+        o = outbox.c
+        g_outbox = names()
+        first = (
+            select(o.id, o.priority, o.id.label("seq"))
+            .where(
+                o.queue.in_(bindparam("queues", expanding=True)),
+                o.serial_group == g_outbox.c.name,
+                _undelivered(outbox, inbox, broker),
+            )
+            .order_by(o.priority, o.id)
+            .limit(1)
+            .lateral("first_undelivered")
+        )
+        parts.append(
+            per_group(OUTBOX_HEAD, first, g_outbox, literal(states.PENDING).label("state"))
+        )
+    return union_all(*parts)  # type: ignore[return-value]
+
+
+def _undelivered(outbox: Table, inbox: Table, broker: bool) -> ColumnElement[bool]:
+    """``queries.outbox_blocker``'s rule: pending rows; with a broker also rows sent since
+    ``sent_since`` and not received."""
     o = outbox.c
     undelivered: ColumnElement[bool] = o.status == states.PENDING
     if broker:
@@ -174,6 +251,14 @@ def _outbox_heads(outbox: Table, inbox: Table, broker: bool) -> Select[Any]:
             undelivered,
             and_(o.status == states.SENT, o.sent_at >= bindparam("sent_since"), ~received),
         )
+    return undelivered
+
+
+def _outbox_heads(outbox: Table, inbox: Table, broker: bool) -> Select[Any]:
+    """Per group, the first (priority, id) undelivered outbox row (``queries.outbox_blocker``'s
+    rule: pending rows; with a broker also rows sent since ``sent_since`` and not received)."""
+    o = outbox.c
+    undelivered = _undelivered(outbox, inbox, broker)
     ranked = (
         select(
             o.serial_group,

@@ -1,0 +1,206 @@
+"""Part a of ``bench/consumer.py``: the head of each serial group.
+
+``inbox.queries.waiting_heads`` against seed 000's variant B (its derived-table SQL ported to
+the inbox table) on PostgreSQL and MariaDB: 20,000 unfinished rows in 1,000 groups, then with
+``--history`` (default 1,000,000) done rows added. Both must name the same heads.
+Goals: ours >= 10x faster than B; with history <= 1.2x the time without.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, select, text
+
+from bench.consumer_support import (
+    CONSUMER,
+    GROUPS,
+    Row,
+    analyze,
+    create_database,
+    drop_database,
+    note,
+    verdict,
+)
+from inbox import queries as inbox_queries
+from outbox import migrate, states
+from outbox.dsn import make_engine
+from outbox.schema import schema_for
+
+UNFINISHED = 20_000
+
+# --- (a) data: 20 rows per group, mixed priorities; a tenth of the groups has a processing
+# row (not a head), some rows ready, the rest waiting. ids follow seq, as ingest gives them.
+PG_UNFINISHED = """
+INSERT INTO inbox (event_id, consumer, queue, priority, serial_group, seq, type, payload,
+                   headers, state, attempts, duplicates, available_at, received_at)
+SELECT gen_random_uuid(), :consumer, 'bench', 1 + (g * 7) % 9, 'group-' || (g % :groups),
+       :base + g, 'noop', '{}'::jsonb, '{}'::jsonb,
+       CASE WHEN g <= :groups AND g % 10 = 0 THEN 'processing'
+            WHEN g % 7 = 0 THEN 'ready' ELSE 'waiting' END,
+       0, 0, now(), now()
+FROM generate_series(1, :n) AS g ORDER BY g
+"""
+PG_HISTORY = """
+INSERT INTO inbox (event_id, consumer, queue, priority, serial_group, seq, type, payload,
+                   headers, state, attempts, duplicates, available_at, received_at, finished_at)
+SELECT gen_random_uuid(), :consumer, 'bench', 1 + (g * 7) % 9, 'group-' || (g % :groups),
+       g, 'noop', '{}'::jsonb, '{}'::jsonb, 'done', 1, 0, now(), now(), now()
+FROM generate_series(1, :n) AS g
+"""
+MARIADB_UNFINISHED = """
+INSERT INTO inbox (event_id, consumer, queue, priority, serial_group, seq, type, payload,
+                   headers, state, attempts, duplicates, available_at, received_at)
+SELECT REPLACE(UUID(), '-', ''), :consumer, 'bench', 1 + (seq * 7) % 9,
+       CONCAT('group-', seq % :groups), :base + seq, 'noop', '{}', '{}',
+       CASE WHEN seq <= :groups AND seq % 10 = 0 THEN 'processing'
+            WHEN seq % 7 = 0 THEN 'ready' ELSE 'waiting' END,
+       0, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+FROM seq_1_to_{n} ORDER BY seq
+"""
+MARIADB_HISTORY = """
+INSERT INTO inbox (event_id, consumer, queue, priority, serial_group, seq, type, payload,
+                   headers, state, attempts, duplicates, available_at, received_at, finished_at)
+SELECT REPLACE(UUID(), '-', ''), :consumer, 'bench', 1 + (seq * 7) % 9,
+       CONCAT('group-', seq % :groups), seq, 'noop', '{}', '{}', 'done', 1, 0,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+FROM seq_1_to_{n}
+"""
+# Seed 000's variant B, ported: queue LIKE -> consumer, its job states -> the states that keep
+# a place in the group order (on_retry="block"). The oldest row at the group's best priority.
+VARIANT_B = """
+SELECT MIN(t.id) AS id
+FROM inbox t
+INNER JOIN (
+    SELECT serial_group, MIN(priority) AS min_priority
+    FROM inbox
+    WHERE consumer = :consumer AND state IN (:ready, :waiting, :retry)
+    GROUP BY serial_group
+) head ON head.serial_group = t.serial_group AND t.priority = head.min_priority
+WHERE t.consumer = :consumer AND t.state IN (:ready, :waiting, :retry)
+GROUP BY t.serial_group
+ORDER BY id ASC
+"""
+B_PARAMS = {
+    "consumer": CONSUMER,
+    "ready": states.READY,
+    "waiting": states.WAITING,
+    "retry": states.RETRY,
+}
+
+
+def fill_inbox(engine: Engine, dialect: str, history: bool, rows: int) -> None:
+    params = {"consumer": CONSUMER, "groups": GROUPS}
+    with engine.begin() as conn:
+        if history:
+            sql = PG_HISTORY if dialect == "postgresql" else MARIADB_HISTORY
+            conn.execute(text(sql.replace("{n}", str(rows))), {**params, "n": rows})
+        else:
+            sql = PG_UNFINISHED if dialect == "postgresql" else MARIADB_UNFINISHED
+            # seq above any history row's: history is older than the work in line.
+            args = {**params, "n": UNFINISHED, "base": 10_000_000}
+            conn.execute(text(sql.replace("{n}", str(UNFINISHED))), args)
+    analyze(engine, dialect, "inbox")
+
+
+def heads_ours(engine: Engine) -> list[int]:
+    stmt = inbox_queries.waiting_heads(
+        schema_for().inbox, CONSUMER, datetime.now(UTC), skip_retry=False
+    )
+    with engine.connect() as conn:
+        return [int(r.id) for r in conn.execute(stmt)]
+
+
+def heads_b(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        return [int(r.id) for r in conn.execute(text(VARIANT_B), B_PARAMS)]
+
+
+def expected_from_b(engine: Engine, b_ids: Sequence[int]) -> set[int]:
+    """Variant B names every group's head; ours only the waiting ones of idle groups."""
+    inbox = schema_for().inbox
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(inbox.c.id, inbox.c.serial_group, inbox.c.state).where(
+                inbox.c.state.in_(states.INBOX_UNFINISHED_STATES)
+            )
+        ).all()
+    busy = {r.serial_group for r in rows if r.state in (states.PROCESSING, states.HALTED)}
+    state_of = {int(r.id): (r.serial_group, r.state) for r in rows}
+    return {i for i in b_ids if state_of[i][1] == states.WAITING and state_of[i][0] not in busy}
+
+
+def timed_median(fns: Sequence[Callable[[], Any]], runs: int) -> list[float]:
+    """Interleaved runs (ours, B, ours, B, ...) after one warm-up each; medians in ms."""
+    for fn in fns:
+        fn()
+    timings: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for index, fn in enumerate(fns):
+            started = time.perf_counter()
+            fn()
+            timings[index].append(time.perf_counter() - started)
+    return [statistics.median(t) * 1000 for t in timings]
+
+
+def part_a(dialect: str, history_rows: int, runs: int) -> list[Row]:
+    note(f"(a) {dialect}: heads of group, {UNFINISHED:,} unfinished rows ...")
+    url = create_database(dialect, "a")
+    engine = make_engine(url)
+    rows: list[Row] = []
+    try:
+        migrate.upgrade(engine)
+        fill_inbox(engine, dialect, history=False, rows=0)
+        results: dict[str, list[float]] = {}
+        mismatches: list[str] = []
+        for stage in ("empty", "history"):
+            if stage == "history":
+                started = time.perf_counter()
+                fill_inbox(engine, dialect, history=True, rows=history_rows)
+                seconds = time.perf_counter() - started
+                note(f"(a) {dialect}: {history_rows:,} done rows in {seconds:.0f}s")
+            ours, b = heads_ours(engine), heads_b(engine)
+            expected = expected_from_b(engine, b)
+            if set(ours) != expected:
+                mismatches.append(f"{stage}: ours {len(ours)}, B {len(expected)}")
+                note(
+                    f"!!! MISMATCH {dialect} {stage}: ours {len(ours)} heads, variant B "
+                    f"(filtered) {len(expected)}; only ours {sorted(set(ours) - expected)[:5]},"
+                    f" only B {sorted(expected - set(ours))[:5]}"
+                )
+            results[stage] = timed_median(
+                (lambda: heads_ours(engine), lambda: heads_b(engine)), runs
+            )
+            note(f"(a) {dialect} {stage}: {len(ours)} heads; ours/B ms = {results[stage]}")
+        for stage, label in (("empty", "20k unfinished"), ("history", f"+{history_rows:,} done")):
+            ours_ms, b_ms = results[stage]
+            speedup = b_ms / ours_ms
+            rows.append(
+                (
+                    f"(a) {dialect} heads, {label}",
+                    f"ours {ours_ms:.1f} ms, B {b_ms:.1f} ms: {speedup:.2f}x",
+                    ">= 10x faster than B",
+                    verdict(speedup >= 10, f"{speedup / 10:.2f} of goal"),
+                )
+            )
+        growth = results["history"][0] / results["empty"][0]
+        rows.append(
+            (
+                f"(a) {dialect} ours with/without history",
+                f"{growth:.2f}x (B {results['history'][1] / results['empty'][1]:.2f}x)",
+                "<= 1.2x",
+                verdict(growth <= 1.2, f"{growth:.2f}x"),
+            )
+        )
+        agree = "; ".join(mismatches) or "same heads in both stages"
+        rows.append(
+            (f"(a) {dialect} ours vs B", agree, "same heads", verdict(not mismatches, agree))
+        )
+    finally:
+        engine.dispose()
+        drop_database(dialect, url)
+    return rows

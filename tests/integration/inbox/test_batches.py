@@ -1,0 +1,236 @@
+"""The batched engine on PostgreSQL, MariaDB and SQLite: claims of a batch, one transaction
+for N handlers, failures isolated, claims taken back, crashes, the time bound and leases."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
+from sqlalchemy.orm import Session
+
+from inbox import InboxMessage
+from inbox.batch_claims import BatchClaimer
+from inbox.batch_runner import BatchRunner
+from inbox.batching import ISOLATIONS
+from inbox.claims import Claim
+from inbox.leases import LeaseKeeper
+from outbox import inbox_table, states
+from tests.integration.inbox.helpers import Kit, make_kit, rows, set_state, store_jobs
+
+pytestmark = pytest.mark.db
+
+effects_metadata = MetaData()
+effects = Table(
+    "batch_effects",
+    effects_metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("mark", String(50), nullable=False),
+)
+
+
+class Crash(BaseException):
+    """Stands for the process dying in the middle of a batch."""
+
+
+def batched(kit: Kit, **options: Any) -> tuple[BatchClaimer, BatchRunner]:
+    claimer = BatchClaimer(kit.consumer, kit.engine, job_queue=True, clock=kit.clock)
+    runner = BatchRunner(kit.consumer, kit.engine, clock=kit.clock, **options)
+    return claimer, runner
+
+
+def effect_kit(engine: Engine, **options: Any) -> Kit:
+    """A kit whose handler also writes one effect row, through its session, before it
+    fails per ``kit.fail``."""
+    effects_metadata.create_all(engine)
+    kit = make_kit(engine, **options)
+    job = kit.consumer.handler_for("job")
+    assert job is not None
+    kit.consumer._handlers["job"] = lambda session, message: _write_then(job, session, message)
+    return kit
+
+
+def _write_then(job: Any, session: Session, message: InboxMessage) -> None:
+    session.execute(insert(effects).values(mark=message.payload["mark"]))
+    job(session, message)
+
+
+def effect_counts(engine: Engine) -> Counter[str]:
+    with engine.connect() as conn:
+        found = conn.execute(select(effects.c.mark, func.count()).group_by(effects.c.mark))
+        return Counter({mark: count for mark, count in found})
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_raising_handler_fails_alone_and_the_others_commit_once(
+    engine: Engine, isolation: str
+) -> None:
+    kit = effect_kit(engine)
+    kit.fail = {"c": 1}
+    store_jobs(engine, [(m, 1) for m in "abcde"], group=None)
+    kit.take_outbox()
+    claimer, runner = batched(kit, isolation=isolation)
+    claims = claimer.claim(10)
+    assert len(claims) == 5
+    outcomes = {c.row.id: o for c, o in runner.run(claims)}
+    found = rows(engine)
+    assert outcomes[found["c"].id] == states.RETRY
+    assert {m: found[m].state for m in "abde"} == dict.fromkeys("abde", states.DONE)
+    assert found["c"].state == states.RETRY and "c fails on attempt 1" in found["c"].last_error
+    # Every effect of the batch committed once, the failed one's not at all
+    assert effect_counts(engine) == Counter(dict.fromkeys("abde", 1))
+    if isolation == "rerun":  # the batch ran again without c: a and b twice, c once
+        assert kit.ran == ["a", "b", "c", "a", "b", "d", "e"]
+    else:
+        assert kit.ran == ["a", "b", "c", "d", "e"]
+
+
+def test_a_claim_taken_back_mid_batch_is_lost_and_only_its_effect_is_dropped(
+    engine: Engine,
+) -> None:
+    kit = effect_kit(engine)
+    store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=None)
+    kit.take_outbox()
+    claimer, runner = batched(kit)
+    claims = claimer.claim(10)
+    # Another worker re-claims b after our claim (its lease ran out, say). While the batch
+    # runs would do as well, but not on SQLite: our transaction holds the write lock.
+    set_state(engine, rows(engine)["b"].id, states.PROCESSING, claim_token=uuid4())
+    outcomes = {c.row.payload["mark"]: o for c, o in runner.run(claims)}
+    assert outcomes == {"a": "done", "b": "lost", "c": "done"}
+    assert effect_counts(engine) == Counter({"a": 1, "c": 1})
+    assert rows(engine)["b"].state == states.PROCESSING  # the other worker's, untouched
+
+
+def test_a_crash_mid_batch_rolls_back_every_effect_and_the_claims_come_back(
+    engine: Engine,
+) -> None:
+    kit = effect_kit(engine, visibility_timeout=10)
+    store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=None)
+    kit.take_outbox()
+    claimer, runner = batched(kit)
+    claims = claimer.claim(10)
+
+    def crash(message: InboxMessage) -> None:
+        if message.payload["mark"] == "c":
+            raise Crash
+
+    kit.during = crash
+    with pytest.raises(Crash):
+        runner.run(claims)
+    assert effect_counts(engine) == Counter()
+    assert {r.state for r in rows(engine).values()} == {states.PROCESSING}
+    # After the lease, another worker takes the three back and runs them once
+    kit.during = None
+    kit.clock.advance(11)
+    again = claimer.claim(10)
+    assert sorted(c.row.payload["mark"] for c in again) == ["a", "b", "c"]
+    assert all(c.attempt == 2 for c in again)
+    assert {o for _, o in runner.run(again)} == {"done"}
+    assert effect_counts(engine) == Counter(dict.fromkeys("abc", 1))
+
+
+def test_a_group_gives_one_message_per_batch_and_its_freed_head_runs_next(
+    engine: Engine,
+) -> None:
+    kit = make_kit(engine)
+    store_jobs(engine, [("a", 2), ("b", 1), ("c", 2)])
+    store_jobs(engine, [("x", 1)], group=None)
+    kit.take_outbox()
+    claimer, runner = batched(kit)
+    first = claimer.claim(10)
+    assert sorted(c.row.payload["mark"] for c in first) == ["b", "x"]
+    found = rows(engine)
+    assert (found["a"].state, found["c"].state) == (states.WAITING, states.WAITING)
+    runner.run(first)
+    # Nothing is a candidate now (a and c wait); the freed group's head is found anyway
+    assert claimer.claim(10) == []
+    second = claimer.claim(10, ["g"])
+    assert [c.row.payload["mark"] for c in second] == ["a"]
+    runner.run(second)
+    third = claimer.claim(10, ["g"])
+    assert [c.row.payload["mark"] for c in third] == ["c"]
+    runner.run(third)
+    assert kit.ran == ["b", "x", "a", "c"]
+
+
+def test_an_undelivered_outbox_row_ahead_holds_its_group(engine: Engine) -> None:
+    kit = make_kit(engine)
+    store_jobs(engine, [("late", 2)])
+    kit.take_outbox()
+    store_jobs(engine, [("urgent", 1)])  # committed, not yet taken in: ahead of "late"
+    claimer, _ = batched(kit)
+    assert claimer.claim(10) == []
+    assert rows(engine)["late"].state == states.WAITING
+    kit.take_outbox()
+    assert [c.row.payload["mark"] for c in claimer.claim(10)] == ["urgent"]
+
+
+def test_the_time_bound_commits_what_is_done_and_runs_the_rest_next(engine: Engine) -> None:
+    kit = make_kit(engine)
+    store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=None)
+    kit.take_outbox()
+    claimer, runner = batched(kit, batch_seconds=0.01)
+    seen: dict[str, str] = {}
+
+    def slow(message: InboxMessage) -> None:
+        mark = message.payload["mark"]
+        if mark == "b":  # a ran past the bound: it committed before b started
+            seen["a"] = rows(engine)["a"].state
+        time.sleep(0.02)
+
+    kit.during = slow
+    outcomes = runner.run(claimer.claim(10))
+    assert [o for _, o in outcomes] == ["done", "done", "done"]
+    assert seen == {"a": states.DONE}
+
+
+def test_one_heartbeat_renews_every_held_lease_and_none_taken_back(engine: Engine) -> None:
+    kit = make_kit(engine, visibility_timeout=30)
+    store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=None)
+    kit.take_outbox()
+    claimer, _ = batched(kit)
+    claims = claimer.claim(10)
+    keeper = LeaseKeeper(kit.consumer, engine, clock=kit.clock)
+    keeper.hold(claims)
+    taken = rows(engine)["c"]
+    set_state(engine, taken.id, states.PROCESSING, claim_token=uuid4())  # re-claimed elsewhere
+    kit.clock.advance(20)
+    assert keeper.renew() == 2
+    found = rows(engine)
+    expected = kit.clock.now + timedelta(seconds=30)
+    assert found["a"].lease_until == found["b"].lease_until == expected
+    assert found["c"].lease_until == taken.lease_until
+    keeper.drop(claims)
+    assert keeper.renew() == 0
+
+
+def test_a_few_messages_are_shared_between_a_workers_threads(engine: Engine) -> None:
+    kit = make_kit(engine)
+    store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=None)
+    kit.take_outbox()
+    claimer, _ = batched(kit)
+    one: list[Claim] = claimer.claim(50, share=3)
+    assert len(one) == 1 and claimer.left_some
+    assert len(claimer.claim(50, share=1)) == 2 and not claimer.left_some
+
+
+def test_group_locks_are_released_after_the_claim(engine: Engine) -> None:
+    """MariaDB's GET_LOCK is held by the session, not the transaction: the claimer must
+    release it, or the group would be locked out for every other worker."""
+    kit = make_kit(engine)
+    store_jobs(engine, [("a", 1), ("b", 1)])
+    kit.take_outbox()
+    claimer, runner = batched(kit)
+    runner.run(claimer.claim(10))
+    other, _ = batched(kit)
+    assert [c.row.payload["mark"] for c in other.claim(10, ["g"])] == ["b"]
+    with engine.connect() as conn:
+        processing = conn.execute(
+            select(func.count()).where(inbox_table.c.state == states.PROCESSING)
+        ).scalar()
+    assert processing == 1

@@ -18,6 +18,7 @@ of the batch runs in the next transaction (its claims stay held, their leases re
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ class BatchRunner:
         self.inbox = schema_for(consumer.config).inbox
         self.metrics = metrics.default()
         self._notify = engine.dialect.name == "postgresql"
+        self._thread = threading.local()  # .seconds: row id -> its handler's last run
 
     def run(self, claims: Sequence[Claim]) -> list[tuple[Claim, str]]:
         """Run every claim; returns (claim, outcome) in the order they finished: done,
@@ -82,6 +84,7 @@ class BatchRunner:
         outcomes: list[tuple[Claim, str]] = []
         failed: list[Failed] = []
         pending: list[Claim] = []
+        self._thread.seconds = {}
         for claim in claims:
             reason = self._refused(claim)
             if reason is None:
@@ -95,6 +98,7 @@ class BatchRunner:
             failed = []
         for claim, outcome in outcomes:
             self._count(claim, outcome)
+        self._thread.seconds = {}
         return outcomes
 
     def _refused(self, claim: Claim) -> str | None:
@@ -173,9 +177,9 @@ class BatchRunner:
         except Exception as exc:
             return Failed(claim, _describe(exc), self.consumer.is_permanent(exc))
         finally:
-            self.metrics.handler_time(
-                self.consumer.name, row.queue, row.priority, time.perf_counter() - started
-            )
+            # Kept per claim, observed once its outcome committed: a run rolled back by
+            # "rerun" is replaced by the run that counted (one observation per message).
+            self._thread.seconds[claim.row_id] = time.perf_counter() - started
         return None
 
     def _finish(
@@ -241,6 +245,9 @@ class BatchRunner:
         if result is None:  # lost: the run that took the claim back counts it
             return
         row = claim.row
+        seconds = self._thread.seconds.get(claim.row_id)
+        if seconds is not None:
+            self.metrics.handler_time(self.consumer.name, row.queue, row.priority, seconds)
         self.metrics.processed(self.consumer.name, row.queue, row.priority, result)
         if outcome == DONE and row.occurred_at is not None:
             age = (self.clock() - row.occurred_at).total_seconds()

@@ -179,7 +179,9 @@ def _group_views_pg(
 
     def names() -> Any:
         array = bindparam("groups", type_=postgresql.ARRAY(String()))
-        return func.unnest(array).table_valued("name").alias("g")
+        # ``AS g(name)``: without the column list ``g.name`` would mean ``name(g)``, a cast
+        # to PostgreSQL's 63-byte ``name`` type (a 255-character group would not match).
+        return func.unnest(array).table_valued("name").render_derived(name="g")
 
     def per_group(kind: str, rows: Any, g: Any, state: Any = None) -> Select[Any]:
         r = rows.c

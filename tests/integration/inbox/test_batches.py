@@ -37,6 +37,13 @@ class Crash(BaseException):
     """Stands for the process dying in the middle of a batch."""
 
 
+def own_group() -> str:
+    """A group name of this test alone. MariaDB's GET_LOCK names are server-wide: the same
+    (consumer, group) in another test's database, run at the same time, holds the same lock,
+    and a claimer that finds a group lock busy leaves the group for later."""
+    return f"g-{uuid4().hex[:9]}"
+
+
 def batched(kit: Kit, **options: Any) -> tuple[BatchClaimer, BatchRunner]:
     claimer = BatchClaimer(kit.consumer, kit.engine, job_queue=True, clock=kit.clock)
     runner = BatchRunner(kit.consumer, kit.engine, clock=kit.clock, **options)
@@ -138,7 +145,8 @@ def test_a_group_gives_one_message_per_batch_and_its_freed_head_runs_next(
     engine: Engine,
 ) -> None:
     kit = make_kit(engine)
-    store_jobs(engine, [("a", 2), ("b", 1), ("c", 2)])
+    group = own_group()
+    store_jobs(engine, [("a", 2), ("b", 1), ("c", 2)], group=group)
     store_jobs(engine, [("x", 1)], group=None)
     kit.take_outbox()
     claimer, runner = batched(kit)
@@ -149,10 +157,10 @@ def test_a_group_gives_one_message_per_batch_and_its_freed_head_runs_next(
     runner.run(first)
     # Nothing is a candidate now (a and c wait); the freed group's head is found anyway
     assert claimer.claim(10) == []
-    second = claimer.claim(10, ["g"])
+    second = claimer.claim(10, [group])
     assert [c.row.payload["mark"] for c in second] == ["a"]
     runner.run(second)
-    third = claimer.claim(10, ["g"])
+    third = claimer.claim(10, [group])
     assert [c.row.payload["mark"] for c in third] == ["c"]
     runner.run(third)
     assert kit.ran == ["b", "x", "a", "c"]
@@ -160,9 +168,10 @@ def test_a_group_gives_one_message_per_batch_and_its_freed_head_runs_next(
 
 def test_an_undelivered_outbox_row_ahead_holds_its_group(engine: Engine) -> None:
     kit = make_kit(engine)
-    store_jobs(engine, [("late", 2)])
+    group = own_group()
+    store_jobs(engine, [("late", 2)], group=group)
     kit.take_outbox()
-    store_jobs(engine, [("urgent", 1)])  # committed, not yet taken in: ahead of "late"
+    store_jobs(engine, [("urgent", 1)], group=group)  # committed, not yet taken in: ahead of "late"
     claimer, _ = batched(kit)
     assert claimer.claim(10) == []
     assert rows(engine)["late"].state == states.WAITING
@@ -223,14 +232,30 @@ def test_group_locks_are_released_after_the_claim(engine: Engine) -> None:
     """MariaDB's GET_LOCK is held by the session, not the transaction: the claimer must
     release it, or the group would be locked out for every other worker."""
     kit = make_kit(engine)
-    store_jobs(engine, [("a", 1), ("b", 1)])
+    group = own_group()
+    store_jobs(engine, [("a", 1), ("b", 1)], group=group)
     kit.take_outbox()
     claimer, runner = batched(kit)
     runner.run(claimer.claim(10))
     other, _ = batched(kit)
-    assert [c.row.payload["mark"] for c in other.claim(10, ["g"])] == ["b"]
+    assert [c.row.payload["mark"] for c in other.claim(10, [group])] == ["b"]
     with engine.connect() as conn:
         processing = conn.execute(
             select(func.count()).where(inbox_table.c.state == states.PROCESSING)
         ).scalar()
     assert processing == 1
+
+
+def test_a_group_name_of_255_characters_is_claimed_like_any_other(engine: Engine) -> None:
+    """PostgreSQL reads each group through ``unnest`` of the names: a column reference that
+    turned into a cast to the 63-byte ``name`` type once lost the longer names."""
+    kit = make_kit(engine)
+    long_group = own_group() + "g" * 189 + "%(x)s ünï 日本 🚀" + "g" * 41
+    assert len(long_group) == 255
+    store_jobs(engine, [("a", 1), ("b", 1)], group=long_group)
+    kit.take_outbox()
+    claimer, runner = batched(kit)
+    first = claimer.claim(10)
+    assert [(c.row.payload["mark"], c.serial_group) for c in first] == [("a", long_group)]
+    runner.run(first)
+    assert [c.row.payload["mark"] for c in claimer.claim(10, [long_group])] == ["b"]

@@ -39,3 +39,16 @@ def test_an_idle_worker_wakes_on_notify(bed: Bed) -> None:
     finally:
         worker.send_signal(signal.SIGTERM)
         assert wait_all([worker], 30) == [0]
+
+
+def test_a_retry_starts_when_it_falls_due_not_at_the_next_poll(bed: Bed) -> None:
+    # Given an idle worker that looks for work every 10 s, and a job whose first run fails
+    # with a fixed backoff of 1.5 s
+    store(bed, [("r", 1)], None, r={"fail": 1})
+    worker = bed.spawn(poll_interval=10.0, backoff=1.5)
+    assert wait_all([worker], 60) == [0]
+    runs = [e for e in bed.events() if e.mark == "r"]
+    ended_first = next(e.at for e in runs if e.kind == "end" and e.attempt == 1)
+    started_second = next(e.at for e in runs if e.kind == "start" and e.attempt == 2)
+    # Then the second run starts at its due time, well before the next 10 s poll
+    assert 1.4 <= started_second - ended_first < 3.0, started_second - ended_first

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from inbox import queries, rules
@@ -47,6 +48,20 @@ class Failed:
     claim: Claim
     error: str
     permanent: bool
+
+
+DEADLOCK_RETRIES = 3
+# MySQL/MariaDB ER_LOCK_DEADLOCK; PostgreSQL deadlock_detected.
+_DEADLOCK_CODES = (1213,)
+_DEADLOCK_SQLSTATE = "40P01"
+
+
+def _is_deadlock(exc: OperationalError) -> bool:
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) == _DEADLOCK_SQLSTATE:
+        return True
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    return len(args) > 0 and args[0] in _DEADLOCK_CODES
 
 
 class _Raised(Exception):
@@ -77,6 +92,15 @@ class BatchRunner:
         self.metrics = metrics.default()
         self._notify = engine.dialect.name == "postgresql"
         self._thread = threading.local()  # .seconds: row id -> its handler's last run
+        # MariaDB: READ COMMITTED, as PostgreSQL's default. Under InnoDB's REPEATABLE READ the
+        # done marks took next-key locks on the state index and deadlocked with the other
+        # workers' ingest and claims.
+        name = engine.dialect.name
+        self._engine = (
+            engine.execution_options(isolation_level="READ COMMITTED")
+            if name in ("mysql", "mariadb")
+            else engine
+        )
 
     def run(self, claims: Sequence[Claim]) -> list[tuple[Claim, str]]:
         """Run every claim; returns (claim, outcome) in the order they finished: done,
@@ -120,9 +144,10 @@ class BatchRunner:
         marks and the failures. Returns (outcomes, failures carried over, claims not yet run,
         claims lost)."""
         lost: list[Claim] = []
+        deadlocks = 0
         while True:
             try:
-                with Session(self.engine) as session:
+                with Session(self._engine) as session:
                     ran, raised, rest = self._handlers(session, pending)
                     failed_now = failed + raised
                     outcomes = self._finish(session, ran, failed_now)
@@ -141,6 +166,13 @@ class BatchRunner:
             except _Raised as exc:  # "rerun": without the one that raised
                 failed = [*failed, exc.failed]
                 pending = [c for c in pending if c is not exc.failed.claim]
+            except OperationalError as exc:
+                # A deadlock victim: the database rolled the whole batch back, nothing of it
+                # committed; run it again (a few times) rather than leave its claims to expire.
+                deadlocks += 1
+                if deadlocks > DEADLOCK_RETRIES or not _is_deadlock(exc):
+                    raise
+                log.warning("batch rolled back as a deadlock victim: running it again")
 
     def _handlers(
         self, session: Session, pending: list[Claim]

@@ -12,8 +12,8 @@ A group contributes one message, its head, to a batch.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -27,9 +27,21 @@ from inbox.claims import Claim
 from inbox.consumer import Consumer
 from outbox import states
 from outbox.clock import utcnow
+from outbox.dsn import read_committed
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.claims")
+
+
+@dataclass(frozen=True)
+class ClaimPass:
+    """What one pass claimed, most urgent first; whether it left candidates for the worker's
+    other threads; and the ``groups`` it was asked to look at but could not decide (the
+    group lock was busy, or the batch was full): the caller asks again for those."""
+
+    claims: list[Claim] = field(default_factory=list)
+    left_some: bool = False
+    undecided: tuple[str, ...] = ()
 
 
 class BatchClaimer:
@@ -53,38 +65,30 @@ class BatchClaimer:
         name = engine.dialect.name
         self.family = "mysql" if name == "mariadb" else name
         self._returning = self.family in ("postgresql", "sqlite")
-        # READ COMMITTED on MariaDB: each statement sees what the previous lock holder
-        # committed (the default REPEATABLE READ would check against an older snapshot).
-        self._thread = threading.local()
-        self._engine = (
-            engine.execution_options(isolation_level="READ COMMITTED")
-            if self.family == "mysql"
-            else engine
-        )
+        self._engine = read_committed(engine)
 
-    def claim(self, limit: int, groups: Iterable[str] = (), share: int = 1) -> list[Claim]:
+    def claim(self, limit: int, groups: Iterable[str] = ()) -> list[Claim]:
+        """``claim_pass`` for one thread, its claims only."""
+        return self.claim_pass(limit, groups).claims
+
+    def claim_pass(self, limit: int, groups: Iterable[str] = (), share: int = 1) -> ClaimPass:
         """Claim up to ``limit`` messages, most urgent first. ``groups``: groups to look at
         even without a ready candidate (ones this worker just freed: their next head is
-        waiting). ``share``: handler threads of this worker; when the candidates are all
-        there is (fewer than ``limit``), take only a fair share of them, so that a few
-        messages run side by side on idle threads rather than one after another in one
-        batch. Never raises for a busy lock or a lost race."""
+        waiting); room is kept for them before ungrouped rows. ``share``: handler threads of
+        this worker; when the candidates are all there is (fewer than ``limit``), take only
+        a fair share of them, so that a few messages run side by side on idle threads rather
+        than one after another in one batch. Never raises for a busy lock or a lost race."""
         extra = list(dict.fromkeys(groups))
-        self._thread.left_some = False
         try:
             with self._engine.connect() as conn:
                 return self._claim(conn, limit, extra, max(1, share))
         except OperationalError as exc:  # lock wait, deadlock victim, database busy
             log.warning("batch claim deferred: %s", exc.orig)
-            return []
+            return ClaimPass(undecided=tuple(extra))
 
-    @property
-    def left_some(self) -> bool:
-        """This thread's last claim left candidates for the worker's other threads."""
-        return bool(getattr(self._thread, "left_some", False))
-
-    def _claim(self, conn: Connection, limit: int, extra: list[str], share: int) -> list[Claim]:
+    def _claim(self, conn: Connection, limit: int, extra: list[str], share: int) -> ClaimPass:
         names: list[str] = []
+        left_some = False
         try:
             with conn.begin():
                 now = self.clock()
@@ -94,27 +98,25 @@ class BatchClaimer:
                 ).all()
                 if share > 1 and len(rows) < limit:
                     quota = -(-(len(rows) + len(extra)) // share)
-                    self._thread.left_some = quota < len(rows)
+                    left_some = quota < len(rows)
                     rows = rows[:quota]
                     limit = max(quota, 1)
-                ungrouped = [r for r in rows if r.serial_group is None]
                 by_group: dict[str, list[rules.Row]] = {g: [] for g in extra}
                 for r in rows:
                     if r.serial_group is not None:
                         row = rules.Row(r.id, r.priority, r.seq, r.state)
                         by_group.setdefault(r.serial_group, []).append(row)
-                fresh = [r.id for r in ungrouped if r.state != states.PROCESSING]
-                resumed = [r.id for r in ungrouped if r.state == states.PROCESSING]
-                waiting: list[int] = []
+                chosen = _Chosen()
                 if by_group:
-                    locked = self._lock_groups(conn, list(by_group))
-                    if self.family == "mysql":
-                        names = [rules.mysql_lock_name(self.consumer.name, g) for g in locked]
-                    room = max(0, limit - len(fresh) - len(resumed))
-                    decided = self._decide(conn, {g: by_group[g] for g in locked}, now, room)
-                    fresh += decided[0]
-                    resumed += decided[1]
-                    waiting = decided[2]
+                    # Groups first, the freed ones before the rest: a freed group's head is
+                    # no candidate, and left out it would wait for the head-of-group pass.
+                    locked, names = self._lock_groups(conn, list(by_group))
+                    chosen = self._decide(conn, {g: by_group[g] for g in locked}, now, limit)
+                room = limit - len(chosen.fresh) - len(chosen.resumed)
+                ungrouped = [r for r in rows if r.serial_group is None][: max(0, room)]
+                fresh = chosen.fresh + [r.id for r in ungrouped if r.state != states.PROCESSING]
+                resumed = chosen.resumed + [r.id for r in ungrouped if r.state == states.PROCESSING]
+                waiting, decided = chosen.waiting, chosen.decided
                 claims = self._update(conn, fresh, resumed, now) if fresh or resumed else []
                 if waiting:
                     conn.execute(q.mark_waiting_many(self.inbox), {"ids": waiting, "now": now})
@@ -123,54 +125,58 @@ class BatchClaimer:
                 conn.execute(q.release_locks_mysql(len(names)), q.lock_parameters(names))
                 conn.commit()
         claims.sort(key=lambda c: (c.row.priority, c.row.seq, c.row_id))
-        return claims
+        undecided = tuple(g for g in extra if g not in decided)
+        return ClaimPass(claims, left_some, undecided)
 
-    def _lock_groups(self, conn: Connection, groups: list[str]) -> list[str]:
-        """The groups whose lock we now hold (all of them on SQLite: the write lock)."""
+    def _lock_groups(self, conn: Connection, groups: list[str]) -> tuple[list[str], list[str]]:
+        """The groups whose lock we now hold (all of them on SQLite: the write lock), and on
+        MariaDB/MySQL the lock names to release after the commit."""
         if self.family == "sqlite":
-            return groups
+            return groups, []
         if self.family == "postgresql":
             keys = [rules.pg_lock_key(self.consumer.name, g) for g in groups]
             obtained = conn.execute(q.try_locks_pg(len(keys)), q.lock_parameters(keys)).one()
-        else:
-            names = [rules.mysql_lock_name(self.consumer.name, g) for g in groups]
-            obtained = conn.execute(q.get_locks_mysql(len(names)), q.lock_parameters(names)).one()
-        return [g for g, ok in zip(groups, obtained, strict=True) if ok == 1 or ok is True]
+            return [g for g, ok in zip(groups, obtained, strict=True) if ok], []
+        names = [rules.mysql_lock_name(self.consumer.name, g) for g in groups]
+        obtained = conn.execute(q.get_locks_mysql(len(names)), q.lock_parameters(names)).one()
+        held = [(g, n) for g, n, ok in zip(groups, names, obtained, strict=True) if ok == 1]
+        return [g for g, _ in held], [n for _, n in held]
 
     def _decide(
         self, conn: Connection, groups: dict[str, list[rules.Row]], now: datetime, room: int
-    ) -> tuple[list[int], list[int], list[int]]:
-        """(fresh ids, resumed ids, waiting ids) for the locked groups, at most ``room``
-        claims; groups beyond it are left as they are, their locks released by the commit."""
+    ) -> _Chosen:
+        """What to do with the locked groups, at most ``room`` claims; groups beyond it are
+        left as they are (not ``decided``), their locks released by the commit."""
+        chosen = _Chosen()
         if not groups:
-            return [], [], []
+            return chosen
         views = self._views(conn, list(groups), now)
-        fresh: list[int] = []
-        resumed: list[int] = []
-        waiting: list[int] = []
         heads: list[int] = []
         candidate_ids = {row.id for rows in groups.values() for row in rows}
         for group, candidates in groups.items():
-            if len(fresh) + len(resumed) >= room:
+            if len(chosen.fresh) + len(chosen.resumed) >= room:
                 break
-            decision = rules.decide_group(candidates, views.get(group, rules.GroupView()), now)
-            waiting.extend(decision.waiting)
+            decision = rules.decide_group(candidates, views[group], now)
+            chosen.decided.add(group)
+            chosen.waiting.extend(decision.waiting)
             if decision.claim is None:
                 continue
             if decision.resumed:
-                resumed.append(decision.claim.id)
+                chosen.resumed.append(decision.claim.id)
             else:
-                fresh.append(decision.claim.id)
+                chosen.fresh.append(decision.claim.id)
                 if decision.claim.id not in candidate_ids:
                     heads.append(decision.claim.id)
         if heads and self.family != "sqlite":
             # A head that was not our candidate may be row-locked by another claimer right
             # now: skip it rather than wait (see ``queries_batch.lock_rows``).
             got = set(conn.execute(q.lock_rows(self.inbox), {"ids": heads}).scalars())
-            fresh = [i for i in fresh if i not in heads or i in got]
-        return fresh, resumed, waiting
+            chosen.fresh = [i for i in chosen.fresh if i not in heads or i in got]
+        return chosen
 
-    def _views(self, conn: Connection, groups: list[str], now: datetime) -> dict[str, Any]:
+    def _views(
+        self, conn: Connection, groups: list[str], now: datetime
+    ) -> dict[str, rules.GroupView]:
         sent_since = now - timedelta(seconds=self.consumer.delivery_window) if self.broker else None
         statement = q.group_views(
             self.inbox,
@@ -195,9 +201,7 @@ class BatchClaimer:
             if r.kind == q.BUSY:
                 busy.setdefault(r.serial_group, []).append(r.id)
             elif r.kind == q.HEAD:
-                heads[r.serial_group] = rules.Row(
-                    r.id, r.priority, r.seq, r.state, _aware(r.available_at)
-                )
+                heads[r.serial_group] = rules.Row(r.id, r.priority, r.seq, r.state, r.available_at)
             else:
                 outbox_heads[r.serial_group] = (int(r.priority), int(r.id))
         return {
@@ -232,10 +236,12 @@ class BatchClaimer:
         return [Claim(r.id, token, r.serial_group, int(r.attempts), r) for r in rows]
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    # UTCDateTime hands back aware datetimes; a raw union column may come back naive.
-    if value is None or value.tzinfo is not None:
-        return value
-    from datetime import UTC
+@dataclass
+class _Chosen:
+    """``BatchClaimer._decide``'s answer: rows to claim fresh or take back, candidates to set
+    waiting, and the groups decided."""
 
-    return value.replace(tzinfo=UTC)
+    fresh: list[int] = field(default_factory=list)
+    resumed: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    decided: set[str] = field(default_factory=set)

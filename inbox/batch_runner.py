@@ -35,9 +35,10 @@ from inbox.batching import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS,
 from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
 from inbox.ingest import wake_payload
-from inbox.runner import _RESULTS, DONE, LOST, _describe, _message
+from inbox.runner import DONE, LOST, _describe, _message, count_outcome
 from outbox import metrics, states
 from outbox.clock import utcnow
+from outbox.dsn import read_committed
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.runner")
@@ -92,15 +93,7 @@ class BatchRunner:
         self.metrics = metrics.default()
         self._notify = engine.dialect.name == "postgresql"
         self._thread = threading.local()  # .seconds: row id -> its handler's last run
-        # MariaDB: READ COMMITTED, as PostgreSQL's default. Under InnoDB's REPEATABLE READ the
-        # done marks took next-key locks on the state index and deadlocked with the other
-        # workers' ingest and claims.
-        name = engine.dialect.name
-        self._engine = (
-            engine.execution_options(isolation_level="READ COMMITTED")
-            if name in ("mysql", "mariadb")
-            else engine
-        )
+        self._engine = read_committed(engine)
 
     def run(self, claims: Sequence[Claim]) -> list[tuple[Claim, str]]:
         """Run every claim; returns (claim, outcome) in the order they finished: done,
@@ -273,14 +266,9 @@ class BatchRunner:
         return held
 
     def _count(self, claim: Claim, outcome: str) -> None:
-        result = _RESULTS.get(outcome)
-        if result is None:  # lost: the run that took the claim back counts it
-            return
         row = claim.row
+        if not count_outcome(self.metrics, self.consumer.name, row, outcome, self.clock()):
+            return
         seconds = self._thread.seconds.get(claim.row_id)
         if seconds is not None:
             self.metrics.handler_time(self.consumer.name, row.queue, row.priority, seconds)
-        self.metrics.processed(self.consumer.name, row.queue, row.priority, result)
-        if outcome == DONE and row.occurred_at is not None:
-            age = (self.clock() - row.occurred_at).total_seconds()
-            self.metrics.end_to_end(self.consumer.name, row.queue, row.priority, age)

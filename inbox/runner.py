@@ -99,13 +99,7 @@ class Runner:
         return outcome, following
 
     def _count(self, row: Any, outcome: str) -> None:
-        result = _RESULTS.get(outcome)
-        if result is None:  # lost: the run that took the claim back counts it
-            return
-        self.metrics.processed(self.consumer.name, row.queue, row.priority, result)
-        if outcome == DONE and row.occurred_at is not None:
-            age = (self.clock() - row.occurred_at).total_seconds()
-            self.metrics.end_to_end(self.consumer.name, row.queue, row.priority, age)
+        count_outcome(self.metrics, self.consumer.name, row, outcome, self.clock())
 
     def _run_handler(
         self, claim: Claim, handler: Callable[[Session, InboxMessage], None], msg: InboxMessage
@@ -184,6 +178,21 @@ class Runner:
             log.error("inbox row %s: could not record failure: %s", claim.row_id, exc)
             return LOST
         return failure.state if changed == 1 else LOST
+
+
+def count_outcome(
+    counters: metrics.Metrics, consumer: str, row: Any, outcome: str, now: datetime
+) -> bool:
+    """``inbox_processed_total`` and, for done, ``inbox_end_to_end_seconds``. False (nothing
+    counted) for a lost claim: the run that took it back counts it."""
+    result = _RESULTS.get(outcome)
+    if result is None:
+        return False
+    counters.processed(consumer, row.queue, row.priority, result)
+    if outcome == DONE and row.occurred_at is not None:
+        age = (now - row.occurred_at).total_seconds()
+        counters.end_to_end(consumer, row.queue, row.priority, age)
+    return True
 
 
 def _frees_group(outcome: str, consumer: Consumer, queue: str) -> bool:

@@ -15,11 +15,11 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC
 from types import FrameType
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, inspect
+from sqlalchemy.exc import OperationalError
 
 from inbox import queries
 from inbox import queries_batch as q
@@ -40,8 +40,14 @@ from inbox.source import Source
 from outbox import metrics, states
 from outbox.backoff import outage_delay
 from outbox.clock import utcnow
+from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.worker")
+
+# A freed group whose lock was busy is asked for again after this long, this many times;
+# past that the head-of-group pass promotes its head.
+FREED_RETRY_SECONDS = 0.01
+FREED_TRIES = 50
 
 
 @dataclass
@@ -79,11 +85,11 @@ class Worker:
         self.source_wake: threading.Event | None = getattr(source, "wake", None)
         self.ingest = InboxIngest(consumer, engine)
         self.ingest.on_ingested = self._ingested
+        if job_queue is None:
+            job_queue = _holds_outbox(engine, consumer)
         self.claimer = Claimer(consumer, engine, job_queue=job_queue, broker=broker)
         self.claimer.on_promoted = self.claim_wake.set
-        self.batch_claimer = BatchClaimer(
-            consumer, engine, job_queue=self.claimer.job_queue, broker=broker
-        )
+        self.batch_claimer = BatchClaimer(consumer, engine, job_queue=job_queue, broker=broker)
         self.runner = BatchRunner(
             consumer,
             engine,
@@ -204,18 +210,24 @@ class Worker:
 
     def _handler_loop(self) -> None:
         failures = 0
-        freed: list[str] = []  # groups this thread's last batch freed: look there first
+        # Groups this thread's last batch freed, and freed groups a pass could not decide yet
+        # (their lock busy for a moment, the batch full), with the passes tried: their next
+        # head is waiting, no candidate, so nobody else would look before the head pass.
+        freed: dict[str, int] = {}
         while not self.stop.is_set():
+            claimed = False
             try:
-                claims = self.batch_claimer.claim(
-                    self.options.batch_size, freed, share=self.options.concurrency
+                result = self.batch_claimer.claim_pass(
+                    self.options.batch_size, list(freed), share=self.options.concurrency
                 )
-                freed = []
-                if self.batch_claimer.left_some:
+                freed = {g: freed[g] + 1 for g in result.undecided if freed[g] < FREED_TRIES}
+                if result.left_some:
                     self.claim_wake.set()  # the rest is for the idle threads
-                if claims:
+                if result.claims:
+                    claimed = True
                     self.last_busy = time.monotonic()
-                    freed = self._run_batch(claims)
+                    for group in self._run_batch(result.claims):
+                        freed.setdefault(group, 0)
                     self.last_busy = time.monotonic()
                 failures = 0
             except Exception as exc:  # the database went away: back off, never die
@@ -223,11 +235,13 @@ class Worker:
                 log.error("handler loop error (%s in a row): %s", failures, _brief(exc))
                 self.stop.wait(outage_delay(failures))
                 continue
-            if not claims and self.claim_wake.wait(self._idle_wait()):
+            if claimed:
+                continue
+            wait = FREED_RETRY_SECONDS if freed else self._idle_wait()
+            if self.claim_wake.wait(wait):
                 self.claim_wake.clear()
-        if freed:  # stopping: let another worker take the freed groups' next heads now
-            for group in freed:
-                self._safely(lambda g=group: self.claimer.promote_group(g))
+        for group in freed:  # stopping: let another worker take their next heads now
+            self._safely(lambda g=group: self.claimer.promote_group(g))
 
     def _run_batch(self, claims: list[Any]) -> list[str]:
         """Run one claimed batch; returns the groups it freed."""
@@ -261,8 +275,6 @@ class Worker:
             return poll
         if due is None:
             return poll
-        if due.tzinfo is None:
-            due = due.replace(tzinfo=UTC)
         ahead = float((due - utcnow()).total_seconds())
         # Already due yet not claimed just now (its group is busy): the poll interval.
         return min(poll, ahead) if ahead > 0 else poll
@@ -312,3 +324,17 @@ class Worker:
 def _brief(exc: BaseException) -> str:
     """The driver's own message: a batch statement with its parameters would fill pages."""
     return str(getattr(exc, "orig", None) or exc).strip()
+
+
+def _holds_outbox(engine: Engine, consumer: Consumer) -> bool:
+    """Does this database hold the outbox (the job-queue deployment)? Asked at start, when a
+    lost connection must not end the worker any more than later: tried until it answers."""
+    table = schema_for(consumer.config).outbox.name
+    failures = 0
+    while True:
+        try:
+            return inspect(engine).has_table(table)
+        except OperationalError as exc:
+            failures += 1
+            log.error("database not reachable at start (%s in a row): %s", failures, _brief(exc))
+            time.sleep(outage_delay(failures))

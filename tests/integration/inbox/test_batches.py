@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 from uuid import uuid4
@@ -13,11 +15,10 @@ import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
 from sqlalchemy.orm import Session
 
-from inbox import InboxMessage
+from inbox import InboxMessage, rules
 from inbox.batch_claims import BatchClaimer
 from inbox.batch_runner import BatchRunner
 from inbox.batching import ISOLATIONS
-from inbox.claims import Claim
 from inbox.leases import LeaseKeeper
 from outbox import inbox_table, states
 from tests.integration.inbox.helpers import Kit, make_kit, rows, set_state, store_jobs
@@ -223,9 +224,74 @@ def test_a_few_messages_are_shared_between_a_workers_threads(engine: Engine) -> 
     store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=None)
     kit.take_outbox()
     claimer, _ = batched(kit)
-    one: list[Claim] = claimer.claim(50, share=3)
-    assert len(one) == 1 and claimer.left_some
-    assert len(claimer.claim(50, share=1)) == 2 and not claimer.left_some
+    one = claimer.claim_pass(50, share=3)
+    assert len(one.claims) == 1 and one.left_some
+    rest = claimer.claim_pass(50, share=1)
+    assert len(rest.claims) == 2 and not rest.left_some
+
+
+def test_a_freed_group_keeps_its_turn_when_ungrouped_rows_fill_the_batch(
+    engine: Engine,
+) -> None:
+    """Its waiting head is no candidate: dropped for a full batch, it would wait for the
+    head-of-group pass while less urgent ungrouped messages ran."""
+    kit = make_kit(engine)
+    group = own_group()
+    store_jobs(engine, [("a", 1), ("b", 2)], group=group)
+    store_jobs(engine, [("u", 9)], group=None)
+    kit.take_outbox()
+    claimer, runner = batched(kit)
+    first = claimer.claim(1)
+    assert [c.row.payload["mark"] for c in first] == ["a"]
+    assert claimer.claim(1) == []  # the one candidate read, b, waits behind a
+    found = rows(engine)
+    assert (found["b"].state, found["u"].state) == (states.WAITING, states.READY)
+    runner.run(first)
+    after = claimer.claim_pass(1, [group])
+    assert [c.row.payload["mark"] for c in after.claims] == ["b"]
+    assert after.undecided == ()
+
+
+def test_a_freed_group_whose_lock_is_busy_is_handed_back_undecided(engine: Engine) -> None:
+    kit = make_kit(engine)
+    group = own_group()
+    store_jobs(engine, [("a", 1), ("b", 1)], group=group)
+    kit.take_outbox()
+    claimer, runner = batched(kit)
+    runner.run(claimer.claim(10))
+    with group_lock_held_elsewhere(engine, kit, group) as held:
+        busy = claimer.claim_pass(10, [group])
+    if held:
+        assert busy.claims == [] and busy.undecided == (group,)
+        assert rows(engine)["b"].state == states.WAITING
+        busy = claimer.claim_pass(10, [group])
+    else:  # SQLite: the write lock is the group lock; nobody holds it between transactions
+        assert busy.undecided == ()
+    assert [c.row.payload["mark"] for c in busy.claims] == ["b"]
+
+
+@contextmanager
+def group_lock_held_elsewhere(engine: Engine, kit: Kit, group: str) -> Iterator[bool]:
+    """Another session holding ``group``'s lock (False on SQLite, which has none)."""
+    name = engine.dialect.name
+    if name == "sqlite":
+        yield False
+        return
+    with engine.connect() as conn:
+        if name == "postgresql":
+            conn.execute(select(func.pg_advisory_lock(rules.pg_lock_key(kit.consumer.name, group))))
+        else:
+            conn.execute(select(func.get_lock(rules.mysql_lock_name(kit.consumer.name, group), 0)))
+        try:
+            yield True
+        finally:
+            if name == "postgresql":
+                key = rules.pg_lock_key(kit.consumer.name, group)
+                conn.execute(select(func.pg_advisory_unlock(key)))
+            else:
+                lock = rules.mysql_lock_name(kit.consumer.name, group)
+                conn.execute(select(func.release_lock(lock)))
+            conn.commit()
 
 
 def test_group_locks_are_released_after_the_claim(engine: Engine) -> None:

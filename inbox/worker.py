@@ -85,8 +85,13 @@ class Worker:
         self.source_wake: threading.Event | None = getattr(source, "wake", None)
         self.ingest = InboxIngest(consumer, engine)
         self.ingest.on_ingested = self._ingested
+        # None: the database did not answer within the time limit; run() then ends at once.
+        self.started_unreachable = False
+        self.created = time.monotonic()
         if job_queue is None:
-            job_queue = _holds_outbox(engine, consumer)
+            holds = _holds_outbox(engine, consumer, self.options.time_limit)
+            self.started_unreachable = holds is None
+            job_queue = bool(holds)
         self.claimer = Claimer(consumer, engine, job_queue=job_queue, broker=broker)
         self.claimer.on_promoted = self.claim_wake.set
         self.batch_claimer = BatchClaimer(consumer, engine, job_queue=job_queue, broker=broker)
@@ -110,6 +115,10 @@ class Worker:
     def run(self, install_signals: bool = True) -> int:
         """Run until SIGTERM/SIGINT, the time limit, or idle (with stop_when_idle). Returns 0.
         Logs a one-line summary on the way out."""
+        if self.started_unreachable:
+            self.exit_reason = "time limit, database never reachable"
+            log.info("%s", self.summary(time.monotonic() - self.created))
+            return 0
         if install_signals:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -326,10 +335,13 @@ def _brief(exc: BaseException) -> str:
     return str(getattr(exc, "orig", None) or exc).strip()
 
 
-def _holds_outbox(engine: Engine, consumer: Consumer) -> bool:
+def _holds_outbox(engine: Engine, consumer: Consumer, time_limit: float | None) -> bool | None:
     """Does this database hold the outbox (the job-queue deployment)? Asked at start, when a
-    lost connection must not end the worker any more than later: tried until it answers."""
+    lost connection must not end the worker any more than later: tried until it answers, or
+    None once the worker's time limit has passed (the relay, too, outlasts an outage within
+    its time limit and exits 0)."""
     table = schema_for(consumer.config).outbox.name
+    started = time.monotonic()
     failures = 0
     while True:
         try:
@@ -337,4 +349,7 @@ def _holds_outbox(engine: Engine, consumer: Consumer) -> bool:
         except OperationalError as exc:
             failures += 1
             log.error("database not reachable at start (%s in a row): %s", failures, _brief(exc))
-            time.sleep(outage_delay(failures))
+            delay = outage_delay(failures)
+            if time_limit is not None and time.monotonic() - started + delay > time_limit:
+                return None
+            time.sleep(delay)

@@ -7,7 +7,9 @@ from sqlalchemy import Engine
 from inbox import queries
 from inbox.claims import Claimer
 from inbox.consumer import Consumer
+from inbox.group_state import mark_groups
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.queries import dialect_family
 from outbox.schema import schema_for
 
 
@@ -17,9 +19,12 @@ def unblock(
     """Release a group halted by a dead message (on_dead="halt"): the halted row stays
     ``failed`` (the CLI can retry it) and the group's next message becomes ready.
     Returns how many halted rows were released (0: the group was not halted)."""
-    table = schema_for(config).inbox
+    schema = schema_for(config)
     with engine.begin() as conn:
-        released = conn.execute(queries.unblock(table, consumer, group)).rowcount
+        released = conn.execute(queries.unblock(schema.inbox, consumer, group)).rowcount
+        if released:  # for the workers' head pass, should the promotion below not happen
+            family = dialect_family(conn)
+            mark_groups(conn, schema.groups, family, consumer, [group])
     if released:
         # Only the name and config matter to the head-of-group pass; any queue will do.
         stub = Consumer(consumer, queues=["unblock"], config=config)

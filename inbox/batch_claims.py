@@ -25,6 +25,7 @@ from inbox import queries_batch as q
 from inbox import rules
 from inbox.claims import Claim
 from inbox.consumer import Consumer
+from inbox.group_state import mark_groups
 from outbox import states
 from outbox.clock import utcnow
 from outbox.dsn import read_committed
@@ -62,6 +63,7 @@ class BatchClaimer:
         schema = schema_for(consumer.config)
         self.inbox = schema.inbox
         self.outbox = schema.outbox
+        self.groups = schema.groups
         name = engine.dialect.name
         self.family = "mysql" if name == "mariadb" else name
         self._returning = self.family in ("postgresql", "sqlite")
@@ -120,6 +122,9 @@ class BatchClaimer:
                 claims = self._update(conn, fresh, resumed, now) if fresh or resumed else []
                 if waiting:
                     conn.execute(q.mark_waiting_many(self.inbox), {"ids": waiting, "now": now})
+                    # Seen busy, the group's runner may have finished since (committed
+                    # after our read): the head pass must look, whatever it saw before.
+                    mark_groups(conn, self.groups, self.family, self.consumer.name, chosen.waited)
         finally:
             if names:
                 conn.execute(q.release_locks_mysql(len(names)), q.lock_parameters(names))
@@ -159,6 +164,8 @@ class BatchClaimer:
             decision = rules.decide_group(candidates, views[group], now)
             chosen.decided.add(group)
             chosen.waiting.extend(decision.waiting)
+            if decision.waiting:
+                chosen.waited.append(group)
             if decision.claim is None:
                 continue
             if decision.resumed:
@@ -239,9 +246,10 @@ class BatchClaimer:
 @dataclass
 class _Chosen:
     """``BatchClaimer._decide``'s answer: rows to claim fresh or take back, candidates to set
-    waiting, and the groups decided."""
+    waiting (and their groups), and the groups decided."""
 
     fresh: list[int] = field(default_factory=list)
     resumed: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
+    waited: list[str] = field(default_factory=list)  # the groups of ``waiting``
     decided: set[str] = field(default_factory=set)

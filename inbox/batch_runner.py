@@ -34,6 +34,7 @@ from inbox import queries_batch as q
 from inbox.batching import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
 from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
+from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
 from inbox.runner import DONE, LOST, _describe, _message, count_outcome
 from outbox import metrics, states
@@ -89,7 +90,10 @@ class BatchRunner:
         self.isolation = isolation
         self.batch_seconds = batch_seconds
         self.clock = clock
-        self.inbox = schema_for(consumer.config).inbox
+        schema = schema_for(consumer.config)
+        self.inbox = schema.inbox
+        self.groups = schema.groups
+        self.family = "mysql" if engine.dialect.name == "mariadb" else engine.dialect.name
         self.metrics = metrics.default()
         self._notify = engine.dialect.name == "postgresql"
         self._thread = threading.local()  # .seconds: row id -> its handler's last run
@@ -248,6 +252,9 @@ class BatchRunner:
             if changed.rowcount != 1:  # type: ignore[attr-defined]
                 return None
             outcomes.append((claim, decided.state))
+        # Every finish frees its group (or leaves its retry in line): the head pass looks.
+        groups = (c.serial_group for c, _ in outcomes)
+        mark_groups(session, self.groups, self.family, self.consumer.name, groups)
         if self._notify and any(o == states.RETRY for _, o in outcomes):
             # Idle workers of the consumer, in any process, work out their wait again.
             channel = self.consumer.config.notify_channel

@@ -17,8 +17,9 @@ from uuid import UUID, uuid4
 from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.exc import OperationalError
 
-from inbox import queries
+from inbox import queries, queries_groups
 from inbox.consumer import Consumer
+from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
 from inbox.locks import group_transaction
 from inbox.rules import StepAside
@@ -74,6 +75,7 @@ class Claimer:
         schema = schema_for(consumer.config)
         self.inbox = schema.inbox
         self.outbox = schema.outbox
+        self.groups = schema.groups
         if job_queue is None:
             job_queue = inspect(engine).has_table(self.outbox.name)
         self.job_queue = job_queue
@@ -134,6 +136,7 @@ class Claimer:
             # without the ordering check.
             if group is not None and self.blocked(conn, candidate, now, ordering=not resumed):
                 conn.execute(queries.mark_waiting(self.inbox, candidate.id, now))
+                mark_groups(conn, self.groups, self.family, self.consumer.name, [group])
                 return None
             return self._claim(conn, candidate, group, now, resumed=resumed)
 
@@ -205,8 +208,7 @@ class Claimer:
     def promote_group(self, group: str) -> bool:
         """Make the group's head READY if it is WAITING and nothing stands before it (the
         periodic pass, ``unblock``), and wake the workers."""
-        done, _ = self._advance(group, take=False)
-        return done
+        return bool(self._promote(group))
 
     def take_next(self, group: str) -> Claim | None:
         """The worker that just finished a message of ``group`` claims the group's next head
@@ -215,14 +217,20 @@ class Claimer:
         _, claim = self._advance(group, take=True)
         return claim
 
-    def _advance(self, group: str, take: bool) -> tuple[bool, Claim | None]:
+    def _promote(self, group: str) -> bool | None:
+        """True: promoted; False: nothing to promote; None: not decided (the group lock was
+        busy past its timeout, or the database failed)."""
+        done, _ = self._advance(group, take=False)
+        return done
+
+    def _advance(self, group: str, take: bool) -> tuple[bool | None, Claim | None]:
         claim = None
         try:
             with group_transaction(
                 self.engine, self.consumer.name, group, self.consumer.group_lock_timeout
             ) as conn:
                 if conn is None:
-                    return False, None  # not in time: the periodic pass will do it
+                    return None, None  # not in time: the periodic pass will do it
                 now = self.clock()
                 head = conn.execute(
                     queries.group_head(self.inbox, self.consumer.name, group, now, self.skip_retry)
@@ -241,19 +249,64 @@ class Claimer:
                         self._notify(conn)
         except OperationalError as exc:
             log.warning("head of group %r deferred: %s", group, exc.orig)
-            return False, None
+            return None, None
         if done and not take and self.on_promoted is not None:
             self.on_promoted()
         return done, claim
 
-    def head_pass(self) -> int:
-        """Promote every group whose head is WAITING with nothing running (safety net)."""
-        now = self.clock()
-        with self.engine.connect() as conn:
-            heads = conn.execute(
-                queries.waiting_heads(self.inbox, self.consumer.name, now, self.skip_retry)
-            ).all()
-        return sum(1 for h in heads if self.promote_group(h.serial_group))
+    def head_pass(self, full: bool = False, chunk: int = 500) -> int:
+        """Promote every group whose head is WAITING with nothing running (safety net).
+        Returns how many heads were promoted.
+
+        Reads only the groups marked in ``<inbox>_groups`` (``inbox/group_state.py``), a
+        chunk at a time: clear their marks, then, in a later statement that sees whatever
+        a marking transaction committed, find their waiting heads and promote them, each
+        under its group lock. A group whose lock stayed busy is marked again for the next
+        pass. ``full``: every group with rows in line instead, marked or not (the worker
+        does this at start and now and then: a row changed by something that does not mark,
+        such as a worker of the previous version or a hand-written UPDATE, is found too).
+        """
+        if full:
+            now = self.clock()
+            statement = queries.waiting_heads(self.inbox, self.consumer.name, now, self.skip_retry)
+            with self._reader.connect() as conn:
+                heads = conn.execute(statement).all()
+            return sum(1 for h in heads if self.promote_group(h.serial_group))
+        promoted = 0
+        after = ""
+        while True:
+            with self.engine.begin() as conn:
+                names = list(
+                    conn.execute(
+                        queries_groups.to_check(self.groups),
+                        {"consumer": self.consumer.name, "after": after, "limit": chunk},
+                    ).scalars()
+                )
+                if names:
+                    conn.execute(
+                        queries_groups.clear(self.groups),
+                        {"of_consumer": self.consumer.name, "groups": names},
+                    )
+            if not names:
+                return promoted
+            after = names[-1]
+            now = self.clock()
+            statement = queries.waiting_heads(
+                self.inbox, self.consumer.name, now, self.skip_retry, groups=names
+            )
+            with self._reader.connect() as conn:
+                heads = conn.execute(statement).all()
+            undecided = []
+            for head in heads:
+                outcome = self._promote(head.serial_group)
+                promoted += bool(outcome)
+                if outcome is None:
+                    undecided.append(head.serial_group)
+            if undecided:
+                with self.engine.begin() as conn:
+                    mark_groups(conn, self.groups, self.family, self.consumer.name, undecided)
+            if len(names) < chunk:
+                return promoted
 
     def _notify(self, conn: Connection) -> None:
         channel = self.consumer.config.notify_channel
@@ -267,8 +320,9 @@ class Claimer:
         return {str(r[0]): int(r[1]) for r in rows}
 
     def idle(self) -> bool:
-        """Nothing to claim now, nothing running, no retry due later, no head to promote."""
-        self.head_pass()
+        """Nothing to claim now, nothing running, no retry due later, no head to promote
+        (a full head pass: deciding to stop is rare, and must miss nothing)."""
+        self.head_pass(full=True)
         counts = self.counts()
         if counts.get(states.PROCESSING) or counts.get(states.RETRY):
             return False

@@ -179,13 +179,14 @@ def prune_cmd(
                 "dry_run": False, "deleted": result.deleted, "batches": result.batches,
                 "seconds": round(result.seconds, 3),
                 "rows_per_second": round(result.rows_per_second, 1),
-                "before": before.isoformat(),
+                "before": before.isoformat(), "groups_forgotten": result.groups_forgotten,
             }
         )  # fmt: skip
         return
     click.echo(
         f"deleted {result.deleted} done row(s){scope} older than {older_than} in "
-        f"{result.batches} batch(es), {result.seconds:.2f}s, {result.rows_per_second:.0f} rows/s"
+        f"{result.batches} batch(es), {result.seconds:.2f}s, {result.rows_per_second:.0f} rows/s;"
+        f" {result.groups_forgotten} idle group row(s) forgotten"
     )
 
 

@@ -364,8 +364,15 @@ def promote(table: Table, row_id: int) -> Update:
     return update(table).where(t.id == row_id, t.state == states.WAITING).values(state=states.READY)
 
 
-def waiting_heads(table: Table, consumer: str, now: datetime, skip_retry: StepAside) -> Select[Any]:
-    """Groups whose head is WAITING and nothing of the group is processing or halted.
+def waiting_heads(
+    table: Table,
+    consumer: str,
+    now: datetime,
+    skip_retry: StepAside,
+    groups: Sequence[str] | None = None,
+) -> Select[Any]:
+    """Groups whose head is WAITING and nothing of the group is processing or halted; with
+    ``groups``, among those groups only (the head pass: the groups marked for it).
 
     One pass over the consumer's rows in line (``ix_inbox_claim (consumer, state, ...)``: the
     unfinished rows only, never the history), numbered per group in (priority, seq, id)
@@ -385,10 +392,13 @@ def waiting_heads(table: Table, consumer: str, now: datetime, skip_retry: StepAs
         )
     # One branch per state, each an equality on (consumer, state): MariaDB reads an IN list
     # on the index's second column as a ref on consumer alone, i.e. the whole history.
+    among: ColumnElement[bool] = (
+        t.serial_group.is_not(None) if groups is None else t.serial_group.in_(list(groups))
+    )
     in_line = union_all(
         *(
             select(t.id, t.serial_group, t.state, t.priority, t.seq).where(
-                t.consumer == consumer, t.serial_group.is_not(None), condition
+                t.consumer == consumer, among, condition
             )
             for condition in (t.state == states.READY, t.state == states.WAITING, retry_in_line)
         )

@@ -16,12 +16,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from inbox import queries, rules
 from inbox.claims import Claim, Claimer
 from inbox.consumer import Consumer, InboxMessage
+from inbox.group_state import mark_groups
 from outbox import metrics, states
 from outbox.clock import utcnow
 from outbox.schema import schema_for
@@ -52,7 +53,10 @@ class Runner:
         self.engine = engine
         self.claimer = claimer
         self.clock = clock
-        self.inbox = schema_for(consumer.config).inbox
+        schema = schema_for(consumer.config)
+        self.inbox = schema.inbox
+        self.groups = schema.groups
+        self.family = "mysql" if engine.dialect.name == "mariadb" else engine.dialect.name
         # On SQLite a beat may queue behind the handler's own write transaction: harmless,
         # nobody can take the claim back while that transaction holds the write lock.
         self.heartbeat = True
@@ -122,6 +126,7 @@ class Runner:
                         session.rollback()
                         log.warning("inbox row %s: claim lost, effect rolled back", claim.row_id)
                         return LOST
+                    self._mark(session, claim)
                     session.commit()
                     return DONE
                 except Exception as exc:
@@ -136,6 +141,9 @@ class Runner:
             stop.set()
             if beat is not None:
                 beat.join()
+
+    def _mark(self, conn: Connection | Session, claim: Claim) -> None:
+        mark_groups(conn, self.groups, self.family, self.consumer.name, [claim.serial_group])
 
     def _beat(self, claim: Claim, stop: threading.Event) -> None:
         interval = self.consumer.visibility_timeout / 3
@@ -174,6 +182,8 @@ class Runner:
                         now=now,
                     )
                 ).rowcount
+                if changed == 1:
+                    self._mark(conn, claim)
         except Exception as exc:  # left processing: the lease expires and it is re-run
             log.error("inbox row %s: could not record failure: %s", claim.row_id, exc)
             return LOST

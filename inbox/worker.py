@@ -54,7 +54,8 @@ FREED_TRIES = 50
 class WorkerOptions:
     concurrency: int = 1
     poll_interval: float = 1.0
-    head_pass_interval: float = 5.0
+    head_pass_interval: float = 5.0  # the groups marked since the last pass
+    full_head_pass_interval: float = 300.0  # every group with rows in line; also at start
     stop_when_idle: bool = False
     time_limit: float | None = None
     batch: int = 100  # messages received per ingest
@@ -140,6 +141,7 @@ class Worker:
             thread.start()
         started = time.monotonic()
         last_pass = last_idle_check = started
+        last_full_pass = started - self.options.full_head_pass_interval  # one at start
         # The idle check reads the whole unfinished set: only when nothing happened for a
         # while, and not more often than this.
         quiet = max(0.5, self.options.poll_interval)
@@ -152,7 +154,10 @@ class Worker:
                     log.info("time limit of %ss reached", limit)
                     self.exit_reason = "time limit"
                     break
-                if now - last_pass >= self.options.head_pass_interval:
+                if now - last_full_pass >= self.options.full_head_pass_interval:
+                    last_full_pass = last_pass = now
+                    self._safely(self.full_head_pass)
+                elif now - last_pass >= self.options.head_pass_interval:
                     last_pass = now
                     self._safely(self.claimer.head_pass)
                 if (
@@ -321,6 +326,9 @@ class Worker:
             metrics.default().duplicate(self.consumer.name, "", 0, result.duplicates)
         if result.inserted:
             self.claim_wake.set()
+
+    def full_head_pass(self) -> int:
+        return self.claimer.head_pass(full=True)
 
     def _safely(self, action: Any) -> Any:
         try:

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Index,
     Integer,
@@ -47,6 +48,7 @@ class Schema:
     outbox: Table
     inbox: Table
     audit: Table
+    groups: Table
 
 
 def _outbox_table(metadata: MetaData, name: str) -> Table:
@@ -124,6 +126,22 @@ def _inbox_table(metadata: MetaData, name: str) -> Table:
     )
 
 
+def _groups_table(metadata: MetaData, name: str) -> Table:
+    """One row per (consumer, serial group) the inbox has seen: does the head-of-group pass
+    need to look at this group? Set (written blind, never read first) by every transaction
+    that may leave the group's head waiting with nothing running: a finish, a claim that
+    set rows waiting, an unblock. Cleared by the head pass, before it reads the group's rows.
+    The pass then reads only the groups that changed, however many rows are in line."""
+    return Table(
+        name,
+        metadata,
+        Column("consumer", Name, primary_key=True),
+        Column("serial_group", Name, primary_key=True),
+        Column("needs_check", Boolean(), nullable=False),
+        Index(f"ix_{name}_check", "consumer", "needs_check"),
+    )
+
+
 def _audit_table(metadata: MetaData, name: str) -> Table:
     """Who did what to which rows, and why: written by ``outbox retry`` and the other operator
     commands that change rows by hand. Never written by the relay or the worker."""
@@ -151,6 +169,7 @@ def _build(outbox_name: str, inbox_name: str) -> Schema:
         _outbox_table(metadata, outbox_name),
         _inbox_table(metadata, inbox_name),
         _audit_table(metadata, f"{outbox_name}_audit"),
+        _groups_table(metadata, f"{inbox_name}_groups"),
     )
 
 
@@ -163,3 +182,4 @@ metadata = _default.metadata
 outbox_table = _default.outbox
 inbox_table = _default.inbox
 audit_table = _default.audit
+groups_table = _default.groups

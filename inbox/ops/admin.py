@@ -19,10 +19,12 @@ from sqlalchemy import Connection, Engine, Table
 from inbox import queries as core_queries
 from inbox.claims import Claimer
 from inbox.consumer import Consumer
+from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
 from inbox.ops import queries as q
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.ops.admin import locking_reads
+from outbox.queries import dialect_family
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.ops")
@@ -152,6 +154,7 @@ def retry(
                 progress(len(chunk))
         for chunk in _chunks(found, AUDIT_CHUNK):
             conn.execute(schema.audit.insert().values(**_audit(chunk, now, actor, reason)))
+        _mark_for_head_pass(conn, schema.groups, found)
         if conn.dialect.name == "postgresql":  # wake the workers at commit
             for name in sorted({str(r.consumer) for r in found}):
                 stub = Consumer(name, queues=["retry"], config=config)
@@ -223,6 +226,7 @@ def unblock(
         # the code API's statement (inbox.unblock), narrowed to the row read and audited
         conn.execute(core_queries.unblock(table, consumer, group).where(table.c.id == row.id))
         conn.execute(schema.audit.insert().values(**_audit([row], now, actor, reason, "unblock")))
+        _mark_for_head_pass(conn, schema.groups, [row])
     promoted, notes = _promote(engine, config, [GroupRef(consumer, group, int(row.id))])
     return UnblockResult(int(row.id), dry_run, promoted, notes)
 
@@ -252,6 +256,18 @@ def _halted_groups(
     return released, still
 
 
+def _mark_for_head_pass(conn: Connection, groups: Table, rows: Sequence[Any]) -> None:
+    """The groups these rows free or put back in line: if ``_promote`` cannot promote one
+    now, the workers' head pass finds it marked."""
+    family = dialect_family(conn)
+    by_consumer: dict[str, set[str]] = {}
+    for r in rows:
+        if r.serial_group is not None:
+            by_consumer.setdefault(str(r.consumer), set()).add(str(r.serial_group))
+    for consumer in sorted(by_consumer):
+        mark_groups(conn, groups, family, consumer, by_consumer[consumer])
+
+
 def _promote(
     engine: Engine, config: OutboxConfig, released: Sequence[GroupRef]
 ) -> tuple[int, list[str]]:
@@ -279,6 +295,7 @@ class PruneResult:
     deleted: int
     batches: int
     seconds: float
+    groups_forgotten: int = 0  # inbox_groups rows with nothing to check, deleted
 
     @property
     def rows_per_second(self) -> float:
@@ -307,13 +324,17 @@ def prune(
     progress: Callable[[int], None] = lambda _n: None,
     max_batches: int | None = None,
 ) -> PruneResult:
-    """Delete ``done`` rows finished before ``before``, ``batch`` rows per short transaction.
+    """Delete ``done`` rows finished before ``before``, ``batch`` rows per short transaction;
+    then the ``inbox_groups`` rows not marked for the head pass (a group per order id would
+    otherwise leave one row per order for ever; the next change of the group writes it
+    again, marked).
 
     Never failed, halted or unfinished rows: the delete re-checks ``state = 'done'``.
     """
     if not 1 <= batch <= MAX_PRUNE_BATCH:
         raise ValueError(f"batch: must be between 1 and {MAX_PRUNE_BATCH}, got {batch}")
-    table = schema_for(config).inbox
+    schema = schema_for(config)
+    table = schema.inbox
     started = time.perf_counter()
     deleted = batches = 0
     while max_batches is None or batches < max_batches:
@@ -333,4 +354,6 @@ def prune(
         progress(n)
         if len(ids) < batch:
             break
-    return PruneResult(deleted, batches, time.perf_counter() - started)
+    with engine.begin() as conn:
+        forgotten = int(conn.execute(q.forget_clean_groups(schema.groups, consumer)).rowcount)
+    return PruneResult(deleted, batches, time.perf_counter() - started, forgotten)

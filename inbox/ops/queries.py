@@ -13,7 +13,18 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Delete, Select, Table, Update, case, delete, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    Select,
+    Table,
+    Update,
+    case,
+    delete,
+    false,
+    func,
+    select,
+)
 from sqlalchemy import update as sql_update
 
 from outbox import states
@@ -183,6 +194,14 @@ def prune_batch_ids(t: Table, before: datetime, consumer: str | None, batch: int
     backlog to take its first rows would make every batch cost all of it.
     """
     return select(t.c.id).where(*_prunable(t, before, consumer)).limit(batch)
+
+
+def forget_clean_groups(groups: Table, consumer: str | None) -> Delete:
+    """``inbox_groups`` rows with nothing for the head pass. A marker running meanwhile is
+    safe either way: its upsert re-creates a deleted row, and a row it has just marked fails
+    the ``needs_check`` condition (re-checked on the locked row)."""
+    stmt = delete(groups).where(groups.c.needs_check == false())
+    return stmt.where(groups.c.consumer == consumer) if consumer is not None else stmt
 
 
 def prune_delete(t: Table, ids: Sequence[int], before: datetime) -> Delete:

@@ -42,6 +42,7 @@ from inbox.runner import Runner
 from inbox.sources.database import DatabaseSource
 from outbox import Message, inbox_table, outbox_table, states, store_many
 from outbox.backoff import Backoff
+from outbox.schema import groups_table
 from outbox.wire import Envelope
 from tests.property import model as m
 
@@ -406,6 +407,38 @@ class InboxMachine(RuleBasedStateMachine):
         assert unblock(self.engine, self.consumer.name, group) == self.model.unblock(group)
 
     # --- after every step -------------------------------------------------------------------
+
+    @invariant()
+    def a_group_the_head_pass_must_promote_is_marked(self) -> None:
+        """The marked pass reads only marked groups (``inbox/group_state.py``): a group whose
+        head waits with nothing before it, left unmarked, would wait for the full pass. (A
+        head held back by an undelivered outbox row is not promotable: that row's own run
+        marks the group when it finishes.)"""
+        if not self.started:
+            return
+        now = self.clock()
+        full = queries.waiting_heads(inbox_table, self.consumer.name, now, self.claimer.skip_retry)
+        g, t = groups_table.c, inbox_table.c
+        with self.engine.connect() as conn:
+            heads = [int(r.id) for r in conn.execute(full)]
+            rows = conn.execute(
+                select(t.id, t.serial_group, t.priority, t.seq, t.state).where(t.id.in_(heads))
+            ).all()
+            promotable = {
+                str(r.serial_group)
+                for r in rows
+                if not self.claimer.blocked(
+                    conn, Candidate(r.id, r.serial_group, r.priority, r.seq, r.state), now
+                )
+            }
+            marked = set(
+                conn.execute(
+                    select(g.serial_group).where(
+                        g.consumer == self.consumer.name, g.needs_check == true()
+                    )
+                ).scalars()
+            )
+        assert promotable <= marked, f"unmarked groups to promote: {promotable - marked}"
 
     @invariant()
     def database_matches_the_model(self) -> None:

@@ -13,11 +13,14 @@ from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
 from inbox.claims import Candidate, Claimer
+from inbox.group_state import mark_groups
 from inbox.ingest import InboxIngest
 from inbox.runner import Runner
 from inbox.sources.database import DatabaseSource
 from outbox import Message, inbox_table, store_many
 from outbox.backoff import Backoff
+from outbox.queries import dialect_family
+from outbox.schema import groups_table
 
 S1 = [("a", 1), ("b", 1), ("c", 2), ("d", 1), ("e", 1), ("f", 2), ("g", 1)]
 
@@ -124,10 +127,18 @@ def rows(engine: Engine, consumer: str = "c1") -> dict[str, Any]:
 
 
 def set_state(engine: Engine, row_id: int, state: str, **values: Any) -> None:
+    """Set a row's state by hand, marking its group for the head pass as every transaction
+    of the engine that changes a group's rows does (``inbox/group_state.py``)."""
     with engine.begin() as conn:
         conn.execute(
             update(inbox_table).where(inbox_table.c.id == row_id).values(state=state, **values)
         )
+        row = conn.execute(
+            select(inbox_table.c.consumer, inbox_table.c.serial_group).where(
+                inbox_table.c.id == row_id
+            )
+        ).one()
+        mark_groups(conn, groups_table, dialect_family(conn), row.consumer, [row.serial_group])
 
 
 def candidate(row: Any) -> Candidate:

@@ -1,0 +1,64 @@
+"""The SQL of the per-group state (``<inbox>_groups``, see ``outbox/schema.py``).
+
+A group is marked blind: an upsert that never reads the row first, so two transactions
+marking one group cannot undo each other, whatever their snapshots. Only the head pass
+clears a mark, and it clears before it reads the group's rows (``clear``'s row lock waits
+for any transaction still marking the group; the read that follows, a later statement,
+sees what that transaction committed); a mark set after the clear stays for the next pass.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Insert, Select, Table, Update, bindparam, select, true, update
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+
+@lru_cache(maxsize=16)
+def mark(table: Table, family: str) -> Insert:
+    """Executed with one ``{"consumer", "serial_group", "needs_check": True}`` per group."""
+    keys = [table.c.consumer, table.c.serial_group]
+    if family == "postgresql":
+        pg = postgresql.insert(table)
+        return pg.on_conflict_do_update(index_elements=keys, set_={"needs_check": true()})
+    if family == "sqlite":
+        lite = sqlite.insert(table)
+        return lite.on_conflict_do_update(index_elements=keys, set_={"needs_check": true()})
+    # A literal, not a parameter: PyMySQL's executemany cannot take a parameter after
+    # VALUES (...) (it rewrites the statement into one multi-row INSERT).
+    return mysql.insert(table).on_duplicate_key_update(needs_check=true())
+
+
+@lru_cache(maxsize=16)
+def to_check(table: Table) -> Select[Any]:
+    """Up to ``limit`` marked groups of ``consumer`` named after ``after``, in name order
+    (an index range, however many groups the consumer has). Parameters: consumer, after,
+    limit."""
+    t = table.c
+    return (
+        select(t.serial_group)
+        .where(
+            t.consumer == bindparam("consumer"),
+            t.needs_check == true(),
+            t.serial_group > bindparam("after"),
+        )
+        .order_by(t.serial_group)
+        .limit(bindparam("limit"))
+    )
+
+
+@lru_cache(maxsize=16)
+def clear(table: Table) -> Update:
+    """Parameters: of_consumer, groups (a list). (Not ``consumer``: in an UPDATE a
+    parameter named as a column is taken for that column's new value.)"""
+    t = table.c
+    return (
+        update(table)
+        .where(
+            t.consumer == bindparam("of_consumer"),
+            t.serial_group.in_(bindparam("groups", expanding=True)),
+        )
+        .values(needs_check=False)
+    )

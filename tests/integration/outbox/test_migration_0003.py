@@ -1,0 +1,116 @@
+"""Revision 0003 on a database created by 0002, with messages in flight at upgrade time:
+``inbox_groups`` is built from the rows in line or running, and a worker of the new version
+then finishes every message, each group in its order. The group ``gw`` holds only waiting
+rows with nothing running: no claim will ever look at it, so only the mark the migration
+set lets the head pass find it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+from alembic import command
+from sqlalchemy import insert, select
+
+from outbox import states
+from outbox.config import DEFAULT_CONFIG
+from outbox.dsn import make_engine
+from outbox.migrate import _alembic_config
+from outbox.schema import groups_table, inbox_table
+from tests.integration.bad_input.app import effects
+from tests.integration.bad_input.support import create_effects, run_worker, worker_env
+from tests.integration.relay.publishers_fixtures import unique
+from tests.support.databases import DatabaseFactory
+
+PAST = datetime.now(UTC) - timedelta(minutes=5)
+# (mark, group, priority, seq, state): per group, the order is (priority, seq).
+IN_FLIGHT = [
+    ("w1", "gw", 1, 1, states.WAITING),
+    ("w2", "gw", 1, 2, states.WAITING),
+    ("a2", "ga", 2, 3, states.READY),
+    ("a1", "ga", 1, 4, states.WAITING),
+    ("a3", "ga", 2, 5, states.WAITING),
+    ("p1", "gp", 1, 6, states.PROCESSING),  # its worker died: the lease ran out
+    ("p2", "gp", 1, 7, states.WAITING),
+    ("r1", "gr", 1, 8, states.RETRY),  # due again
+    ("r2", "gr", 1, 9, states.WAITING),
+    ("u1", None, 1, 10, states.READY),
+    ("d1", "gd", 1, 11, states.DONE),
+]
+ORDER = {"gw": ["w1", "w2"], "ga": ["a1", "a2", "a3"], "gp": ["p1", "p2"], "gr": ["r1", "r2"]}
+
+
+def _row(consumer: str, mark: str, group: str | None, priority: int, seq: int, state: str) -> Any:
+    row: dict[str, Any] = {
+        "event_id": uuid4(),
+        "consumer": consumer,
+        "queue": "jobs",
+        "priority": priority,
+        "serial_group": group,
+        "seq": seq,
+        "type": "job",
+        "payload": json.dumps({"mark": mark}),
+        "headers": "{}",
+        "state": state,
+        "attempts": 0,
+        "available_at": PAST,
+        "received_at": PAST,
+        "finished_at": PAST if state == states.DONE else None,
+        # Every key in every row: an executemany takes its columns from the first row.
+        "claim_token": None,
+        "claimed_at": None,
+        "lease_until": None,
+        "last_error": None,
+    }
+    if state == states.PROCESSING:
+        row.update(attempts=1, claim_token=uuid4(), claimed_at=PAST, lease_until=PAST)
+    if state == states.RETRY:
+        row.update(attempts=1, last_error="RuntimeError: before the upgrade")
+    return row
+
+
+def test_upgrade_from_0002_with_messages_in_flight(db_factory: DatabaseFactory) -> None:
+    consumer = unique("m3-")
+    with db_factory.database(empty=True) as url:
+        engine = make_engine(url)
+        config = _alembic_config(DEFAULT_CONFIG)
+        try:
+            with engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, "0002")
+            with engine.begin() as conn:
+                conn.execute(insert(inbox_table), [_row(consumer, *r) for r in IN_FLIGHT])
+                # A group another consumer has in line: marked for that consumer only.
+                conn.execute(insert(inbox_table), [_row("other", "o1", "gw", 1, 12, "waiting")])
+            with engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, "head")
+            with engine.connect() as conn:
+                marked = {tuple(r) for r in conn.execute(select(groups_table))}
+            assert marked == {
+                *((consumer, g, True) for g in ("gw", "ga", "gp", "gr")),
+                ("other", "gw", True),
+            }
+            create_effects(engine)
+            dsn = url.render_as_string(hide_password=False)
+            proc = run_worker(dsn, "", worker_env(consumer, ["jobs"], ["job"]))
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            with engine.connect() as conn:
+                ran = conn.execute(select(effects.c.mark, effects.c.grp).order_by(effects.c.id))
+                by_group: dict[str | None, list[str]] = {}
+                for mark, group in ran:
+                    by_group.setdefault(group, []).append(mark)
+                left = conn.execute(
+                    select(inbox_table.c.payload, inbox_table.c.state).where(
+                        inbox_table.c.consumer == consumer
+                    )
+                ).all()
+            expected: dict[str | None, list[str]] = {**ORDER, None: ["u1"]}
+            assert by_group == expected, proc.stderr[-3000:]
+            assert {p["mark"]: state for p, state in left} == dict.fromkeys(
+                [r[0] for r in IN_FLIGHT], states.DONE
+            )
+        finally:
+            engine.dispose()

@@ -39,7 +39,12 @@ IN_FLIGHT = [
     ("u1", None, 1, 10, states.READY),
     ("d1", "gd", 1, 11, states.DONE),
 ]
-ORDER = {"gw": ["w1", "w2"], "ga": ["a1", "a2", "a3"], "gp": ["p1", "p2"], "gr": ["r1", "r2"]}
+ORDER: dict[str | None, list[str]] = {
+    "gw": ["w1", "w2"],
+    "ga": ["a1", "a2", "a3"],
+    "gp": ["p1", "p2"],
+    "gr": ["r1", "r2"],
+}
 
 
 def _row(consumer: str, mark: str, group: str | None, priority: int, seq: int, state: str) -> Any:

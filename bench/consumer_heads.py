@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, text, update
+from sqlalchemy import Engine, insert, select, text, true, update
 
 from bench.consumer_support import (
     CONSUMER,
@@ -144,10 +144,9 @@ def heads_marked(engine: Engine) -> list[int]:
                 queries_groups.clear(schema.groups),
                 {"of_consumer": CONSUMER, "groups": names},
             )
-            stmt = inbox_queries.waiting_heads(
-                schema.inbox, CONSUMER, datetime.now(UTC), False, groups=names
-            )
-            found += [int(r.id) for r in conn.execute(stmt)]
+            stmt = inbox_queries.waiting_heads_among(schema.inbox, False)
+            parameters = {"consumer": CONSUMER, "now": datetime.now(UTC), "groups": names}
+            found += [int(r.id) for r in conn.execute(stmt, parameters)]
             after = names[-1]
             if len(names) < PASS_CHUNK:
                 break
@@ -162,7 +161,7 @@ def mark_groups(engine: Engine, marked: int | None) -> list[str]:
     inbox, groups = schema.inbox, schema.groups
     with engine.begin() as conn:
         conn.execute(groups.delete())
-        present = select(inbox.c.consumer, inbox.c.serial_group, text("1")).where(
+        present = select(inbox.c.consumer, inbox.c.serial_group, true()).where(
             inbox.c.serial_group.is_not(None),
             inbox.c.state.in_(states.INBOX_UNFINISHED_STATES),
         )

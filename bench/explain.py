@@ -18,12 +18,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, insert, select, text, true
 
 # bench/ holds relay.py: keep the script's folder off the import path so `relay` is the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from inbox import queries as inbox_q  # noqa: E402
+from inbox import queries_groups as groups_q  # noqa: E402
 from outbox import migrate  # noqa: E402
 from outbox.dsn import make_engine  # noqa: E402
 from outbox.ops import queries as ops_q  # noqa: E402
@@ -78,10 +79,25 @@ QUERIES: list[tuple[str, str, Callable[[], Any]]] = [
         ),
     ),
     (
-        "Worker: head-of-group pass (waiting groups whose head may run)",
+        "Worker: full head-of-group pass (waiting groups whose head may run)",
         "Seed 000's derived table: grouped over the consumer's rows in line (ix_inbox_claim "
-        "on consumer, state), so its cost follows the unfinished rows, not history.",
+        "on consumer, state), so its cost follows the unfinished rows, not history. At "
+        "start, every 300 s and before an idle stop.",
         lambda: inbox_q.waiting_heads(S.inbox, "consumer1", NOW, False),
+    ),
+    (
+        "Worker: marked head-of-group pass, the groups marked for it",
+        "ix_inbox_groups_check (consumer, needs_check, serial_group): marked groups in name "
+        "order, however many groups and rows the consumer has. Every 5 s.",
+        lambda: groups_q.to_check(S.groups).params(consumer="consumer1", after="", limit=500),
+    ),
+    (
+        "Worker: marked head-of-group pass, the waiting heads of those groups",
+        "ix_inbox_group (consumer, serial_group, state, ...): the marked groups' rows in line "
+        "only.",
+        lambda: inbox_q.waiting_heads(
+            S.inbox, "consumer1", NOW, False, groups=["group-7", "group-8", "group-9"]
+        ),
     ),
     (
         "Worker: claim candidates (ready rows of a consumer, most urgent first)",
@@ -152,9 +168,17 @@ def main() -> None:
                     text(f"UPDATE outbox SET serial_group = {concat}, {quoted_key} = {concat}")
                 )
             with engine.begin() as conn:
-                conn.execute(
-                    text("ANALYZE outbox" if dialect == "postgresql" else "ANALYZE TABLE outbox")
+                # Every inbox group gets its inbox_groups row, as migration 0003 builds them.
+                i = S.inbox.c
+                present = select(i.consumer, i.serial_group, true()).where(
+                    i.serial_group.is_not(None)
                 )
+                columns = ["consumer", "serial_group", "needs_check"]
+                conn.execute(insert(S.groups).from_select(columns, present.distinct()))
+            with engine.begin() as conn:
+                for name in ("outbox", "inbox_groups"):
+                    analyze = "ANALYZE" if dialect == "postgresql" else "ANALYZE TABLE"
+                    conn.execute(text(f"{analyze} {name}"))
             for title, _why, build in QUERIES:
                 sections.setdefault(title, {})[dialect] = explain(engine, dialect, build)
         finally:
@@ -172,7 +196,7 @@ def main() -> None:
         "| table | index | columns |",
         "|---|---|---|",
     ]
-    for table in (S.outbox, S.inbox, S.audit):
+    for table in (S.outbox, S.inbox, S.audit, S.groups):
         for index in sorted(table.indexes, key=lambda i: i.name or ""):
             cols = ", ".join(c.name for c in index.columns)
             out.append(f"| {table.name} | {index.name} | {cols} |")

@@ -290,12 +290,10 @@ class Claimer:
             if not names:
                 return promoted
             after = names[-1]
-            now = self.clock()
-            statement = queries.waiting_heads(
-                self.inbox, self.consumer.name, now, self.skip_retry, groups=names
-            )
+            statement = queries.waiting_heads_among(self.inbox, self.skip_retry)
+            parameters = {"consumer": self.consumer.name, "now": self.clock(), "groups": names}
             with self._reader.connect() as conn:
-                heads = conn.execute(statement).all()
+                heads = conn.execute(statement, parameters).all()
             undecided = []
             for head in heads:
                 outcome = self._promote(head.serial_group)

@@ -15,12 +15,14 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Integer,
     Select,
     Table,
     Update,
     and_,
+    bindparam,
     exists,
     func,
     literal,
@@ -372,7 +374,32 @@ def waiting_heads(
     groups: Sequence[str] | None = None,
 ) -> Select[Any]:
     """Groups whose head is WAITING and nothing of the group is processing or halted; with
-    ``groups``, among those groups only (the head pass: the groups marked for it).
+    ``groups``, among those groups only. See ``_waiting_heads``."""
+    among = None if groups is None else list(groups)
+    return _waiting_heads(table, consumer, now, skip_retry, among)
+
+
+@lru_cache(maxsize=64)
+def waiting_heads_among(table: Table, skip_retry: StepAside) -> Select[Any]:
+    """``waiting_heads`` among ``groups`` (the marked pass), built once: parameters consumer,
+    now, groups (a list)."""
+    return _waiting_heads(
+        table,
+        bindparam("consumer"),
+        bindparam("now"),
+        skip_retry,
+        bindparam("groups", expanding=True),
+    )
+
+
+def _waiting_heads(
+    table: Table,
+    consumer: Any,
+    now: Any,
+    skip_retry: StepAside,
+    groups: list[str] | BindParameter[Any] | None,
+) -> Select[Any]:
+    """Groups whose head is WAITING and nothing of the group is processing or halted.
 
     One pass over the consumer's rows in line (``ix_inbox_claim (consumer, state, ...)``: the
     unfinished rows only, never the history), numbered per group in (priority, seq, id)
@@ -393,7 +420,7 @@ def waiting_heads(
     # One branch per state, each an equality on (consumer, state): MariaDB reads an IN list
     # on the index's second column as a ref on consumer alone, i.e. the whole history.
     among: ColumnElement[bool] = (
-        t.serial_group.is_not(None) if groups is None else t.serial_group.in_(list(groups))
+        t.serial_group.is_not(None) if groups is None else t.serial_group.in_(groups)
     )
     in_line = union_all(
         *(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Insert, Select, Table, Update, bindparam, select, true, update
+from sqlalchemy import Insert, Integer, Select, Table, Update, bindparam, select, true, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 
@@ -45,7 +45,7 @@ def to_check(table: Table) -> Select[Any]:
             t.serial_group > bindparam("after"),
         )
         .order_by(t.serial_group)
-        .limit(bindparam("limit"))
+        .limit(bindparam("limit", type_=Integer))
     )
 
 

@@ -45,7 +45,7 @@ def upgrade() -> None:
         sa.Column("serial_group", name, primary_key=True),
         sa.Column("needs_check", sa.Boolean(), nullable=False),
     )
-    op.create_index(f"ix_{groups}_check", groups, ["consumer", "needs_check"])
+    op.create_index(f"ix_{groups}_check", groups, ["consumer", "needs_check", "serial_group"])
     source = sa.table(
         inbox,
         sa.column("consumer", sa.String()),

@@ -1,8 +1,9 @@
 """Revision 0003 on a database created by 0002, with messages in flight at upgrade time:
-``inbox_groups`` is built from the rows in line or running, and a worker of the new version
-then finishes every message, each group in its order. The group ``gw`` holds only waiting
-rows with nothing running: no claim will ever look at it, so only the mark the migration
-set lets the head pass find it."""
+``inbox_groups`` is built from the rows in line or running (every such group marked, for
+its consumer only), and a worker of the new version then finishes every message, each group
+in its order. The group ``gw`` holds only waiting rows with nothing running: no claim will
+look at it; the head pass finds it through the mark the migration set (or the full pass a
+worker runs at start)."""
 
 from __future__ import annotations
 

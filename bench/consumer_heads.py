@@ -40,7 +40,7 @@ from outbox.schema import schema_for
 
 UNFINISHED = 20_000
 FEW_MARKED = 10
-PASS_CHUNK = 500  # Claimer.head_pass's default
+PASS_CHUNK = 300  # Claimer.head_pass's default
 
 # --- (a) data: 20 rows per group, mixed priorities; a tenth of the groups has a processing
 # row (not a head), some rows ready, the rest waiting. ids follow seq, as ingest gives them.
@@ -129,15 +129,13 @@ def heads_marked(engine: Engine) -> list[int]:
     one transaction rolled back at the end (the marks stay for the next run)."""
     schema = schema_for()
     found: list[int] = []
-    after = ""
+    after: str | None = None
     with engine.connect() as conn, conn.begin() as transaction:
         while True:
-            names = list(
-                conn.execute(
-                    queries_groups.to_check(schema.groups),
-                    {"consumer": CONSUMER, "after": after, "limit": PASS_CHUNK},
-                ).scalars()
-            )
+            family = "mysql" if engine.dialect.name == "mariadb" else engine.dialect.name
+            statement = queries_groups.to_check(schema.groups, family, first=after is None)
+            marks: dict[str, Any] = {"consumer": CONSUMER, "after": after, "limit": PASS_CHUNK}
+            names = [str(n) for n in conn.execute(statement, marks).scalars()]
             if not names:
                 break
             conn.execute(

@@ -89,7 +89,9 @@ QUERIES: list[tuple[str, str, Callable[[], Any]]] = [
         "Worker: marked head-of-group pass, the groups marked for it",
         "ix_inbox_groups_check (consumer, needs_check, serial_group): marked groups in name "
         "order, however many groups and rows the consumer has. Every 5 s.",
-        lambda: groups_q.to_check(S.groups).params(consumer="consumer1", after="", limit=500),
+        lambda: groups_q.to_check(S.groups, "postgresql", first=False).params(
+            consumer="consumer1", after="", limit=300
+        ),
     ),
     (
         "Worker: marked head-of-group pass, the waiting heads of those groups",

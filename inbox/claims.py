@@ -254,15 +254,17 @@ class Claimer:
             self.on_promoted()
         return done, claim
 
-    def head_pass(self, full: bool = False, chunk: int = 500) -> int:
+    def head_pass(self, full: bool = False, chunk: int = 300) -> int:
         """Promote every group whose head is WAITING with nothing running (safety net).
         Returns how many heads were promoted.
 
         Reads only the groups marked in ``<inbox>_groups`` (``inbox/group_state.py``), a
-        chunk at a time: clear their marks, then, in a later statement that sees whatever
-        a marking transaction committed, find their waiting heads and promote them, each
-        under its group lock. A group whose lock stayed busy is marked again for the next
-        pass. ``full``: every group with rows in line instead, marked or not (the worker
+        chunk at a time: lock their marks (``SKIP LOCKED``: a mark a running transaction is
+        writing stays for the next pass) and clear them, then, in a later statement that
+        sees whatever a marking transaction committed, find their waiting heads and promote
+        each under its group lock. A group left unpromoted (lock busy, an undelivered outbox
+        row ahead of its head) is marked again, and so is the whole chunk if the pass fails
+        half-way. ``full``: every group with rows in line instead, marked or not (the worker
         does this at start and now and then: a row changed by something that does not mark,
         such as a worker of the previous version or a hand-written UPDATE, is found too).
         """
@@ -271,40 +273,59 @@ class Claimer:
             statement = queries.waiting_heads(self.inbox, self.consumer.name, now, self.skip_retry)
             with self._reader.connect() as conn:
                 heads = conn.execute(statement).all()
-            return sum(1 for h in heads if self.promote_group(h.serial_group))
+            return self._promote_heads([h.serial_group for h in heads])
         promoted = 0
-        after = ""
+        after: str | None = None
         while True:
-            with self.engine.begin() as conn:
-                names = list(
-                    conn.execute(
-                        queries_groups.to_check(self.groups),
-                        {"consumer": self.consumer.name, "after": after, "limit": chunk},
-                    ).scalars()
-                )
-                if names:
-                    conn.execute(
-                        queries_groups.clear(self.groups),
-                        {"of_consumer": self.consumer.name, "groups": names},
-                    )
+            names = self._take_marks(after, chunk)
             if not names:
                 return promoted
             after = names[-1]
-            statement = queries.waiting_heads_among(self.inbox, self.skip_retry)
-            parameters = {"consumer": self.consumer.name, "now": self.clock(), "groups": names}
-            with self._reader.connect() as conn:
-                heads = conn.execute(statement, parameters).all()
-            undecided = []
-            for head in heads:
-                outcome = self._promote(head.serial_group)
-                promoted += bool(outcome)
-                if outcome is None:
-                    undecided.append(head.serial_group)
-            if undecided:
-                with self.engine.begin() as conn:
-                    mark_groups(conn, self.groups, self.family, self.consumer.name, undecided)
+            try:
+                statement = queries.waiting_heads_among(self.inbox, self.skip_retry)
+                parameters = {"consumer": self.consumer.name, "now": self.clock(), "groups": names}
+                with self._reader.connect() as conn:
+                    heads = conn.execute(statement, parameters).all()
+                promoted += self._promote_heads([h.serial_group for h in heads])
+            except BaseException:
+                self._mark_again(names)
+                raise
             if len(names) < chunk:
                 return promoted
+
+    def _take_marks(self, after: str | None, chunk: int) -> list[str]:
+        """Up to ``chunk`` marked groups named after ``after``, their marks cleared."""
+        statement = queries_groups.to_check(self.groups, self.family, first=after is None)
+        parameters = {"consumer": self.consumer.name, "after": after, "limit": chunk}
+        with self.engine.begin() as conn:
+            names = [str(n) for n in conn.execute(statement, parameters).scalars()]
+            if names:
+                conn.execute(
+                    queries_groups.clear(self.groups),
+                    {"of_consumer": self.consumer.name, "groups": names},
+                )
+        return names
+
+    def _promote_heads(self, groups: list[str]) -> int:
+        """Promote each group's waiting head; mark again the groups left as they were."""
+        promoted = 0
+        again = []
+        for group in groups:
+            if self._promote(group):
+                promoted += 1
+            else:
+                again.append(group)
+        self._mark_again(again)
+        return promoted
+
+    def _mark_again(self, groups: list[str]) -> None:
+        if not groups:
+            return
+        try:
+            with self.engine.begin() as conn:
+                mark_groups(conn, self.groups, self.family, self.consumer.name, groups)
+        except Exception as exc:  # the full pass finds them
+            log.warning("groups not marked again for the next head pass: %s", exc)
 
     def _notify(self, conn: Connection) -> None:
         channel = self.consumer.config.notify_channel

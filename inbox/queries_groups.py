@@ -2,9 +2,10 @@
 
 A group is marked blind: an upsert that never reads the row first, so two transactions
 marking one group cannot undo each other, whatever their snapshots. Only the head pass
-clears a mark, and it clears before it reads the group's rows (``clear``'s row lock waits
-for any transaction still marking the group; the read that follows, a later statement,
-sees what that transaction committed); a mark set after the clear stays for the next pass.
+clears a mark, and it clears before it reads the group's rows: it clears only the rows it
+could lock (a row a transaction is marking right now stays marked), and the read that
+follows, a later transaction, sees what every earlier marker committed; a mark set after
+the clear stays for the next pass.
 """
 
 from __future__ import annotations
@@ -32,21 +33,23 @@ def mark(table: Table, family: str) -> Insert:
 
 
 @lru_cache(maxsize=16)
-def to_check(table: Table) -> Select[Any]:
-    """Up to ``limit`` marked groups of ``consumer`` named after ``after``, in name order
-    (an index range, however many groups the consumer has). Parameters: consumer, after,
-    limit."""
+def to_check(table: Table, family: str, first: bool) -> Select[Any]:
+    """Up to ``limit`` marked groups of ``consumer`` in name order (an index range, however
+    many groups the consumer has), after ``after`` unless ``first``; each row locked
+    ``SKIP LOCKED``: a row a marker holds is left marked, so the clear never waits for a
+    marker (nor a marker, locking its groups in another order, for the clear). SQLite:
+    one writer, nothing to skip. Parameters: consumer, after, limit."""
     t = table.c
-    return (
+    conditions = [t.consumer == bindparam("consumer"), t.needs_check == true()]
+    if not first:
+        conditions.append(t.serial_group > bindparam("after"))
+    stmt = (
         select(t.serial_group)
-        .where(
-            t.consumer == bindparam("consumer"),
-            t.needs_check == true(),
-            t.serial_group > bindparam("after"),
-        )
+        .where(*conditions)
         .order_by(t.serial_group)
         .limit(bindparam("limit", type_=Integer))
     )
+    return stmt if family == "sqlite" else stmt.with_for_update(skip_locked=True)
 
 
 @lru_cache(maxsize=16)

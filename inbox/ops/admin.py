@@ -354,6 +354,19 @@ def prune(
         progress(n)
         if len(ids) < batch:
             break
-    with engine.begin() as conn:
-        forgotten = int(conn.execute(q.forget_clean_groups(schema.groups, consumer)).rowcount)
+    forgotten = _forget_clean_groups(engine, schema.groups, consumer, batch)
     return PruneResult(deleted, batches, time.perf_counter() - started, forgotten)
+
+
+def _forget_clean_groups(engine: Engine, groups: Table, consumer: str | None, batch: int) -> int:
+    """The ``inbox_groups`` rows with nothing to check, ``batch`` per short transaction."""
+    forgotten = 0
+    while True:
+        with locking_reads(engine) as conn, conn.begin():
+            family = dialect_family(conn)
+            found = conn.execute(q.clean_groups(groups, consumer, batch, family)).all()
+            keys = [(str(r.consumer), str(r.serial_group)) for r in found]
+            if keys:
+                forgotten += int(conn.execute(q.forget_groups(groups, keys)).rowcount)
+        if len(keys) < batch:
+            return forgotten

@@ -24,6 +24,7 @@ from sqlalchemy import (
     false,
     func,
     select,
+    tuple_,
 )
 from sqlalchemy import update as sql_update
 
@@ -196,12 +197,24 @@ def prune_batch_ids(t: Table, before: datetime, consumer: str | None, batch: int
     return select(t.c.id).where(*_prunable(t, before, consumer)).limit(batch)
 
 
-def forget_clean_groups(groups: Table, consumer: str | None) -> Delete:
-    """``inbox_groups`` rows with nothing for the head pass. A marker running meanwhile is
-    safe either way: its upsert re-creates a deleted row, and a row it has just marked fails
-    the ``needs_check`` condition (re-checked on the locked row)."""
-    stmt = delete(groups).where(groups.c.needs_check == false())
-    return stmt.where(groups.c.consumer == consumer) if consumer is not None else stmt
+def clean_groups(groups: Table, consumer: str | None, batch: int, family: str) -> Select[Any]:
+    """Up to ``batch`` ``inbox_groups`` rows with nothing for the head pass, locked ``SKIP
+    LOCKED`` (a row a marker or the head pass holds is left for the next prune)."""
+    c = groups.c
+    stmt = select(c.consumer, c.serial_group).where(c.needs_check == false())
+    if consumer is not None:
+        stmt = stmt.where(c.consumer == consumer)
+    stmt = stmt.limit(batch)
+    return stmt if family == "sqlite" else stmt.with_for_update(skip_locked=True)
+
+
+def forget_groups(groups: Table, keys: Sequence[tuple[str, str]]) -> Delete:
+    """Delete those rows, still unmarked: a row marked since it was read stays (a marker
+    that comes after the delete writes its row again, marked)."""
+    c = groups.c
+    return delete(groups).where(
+        tuple_(c.consumer, c.serial_group).in_(list(keys)), c.needs_check == false()
+    )
 
 
 def prune_delete(t: Table, ids: Sequence[int], before: datetime) -> Delete:

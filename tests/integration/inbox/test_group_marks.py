@@ -11,7 +11,7 @@ from sqlalchemy import Engine, select, update
 from inbox.locks import group_transaction
 from outbox import inbox_table, states
 from outbox.schema import groups_table
-from tests.integration.inbox.helpers import make_kit, rows, store_jobs
+from tests.integration.inbox.helpers import make_kit, rows, set_state, store_jobs
 from tests.integration.inbox.test_batches import batched, own_group
 
 pytestmark = pytest.mark.db
@@ -102,3 +102,20 @@ def test_a_group_whose_lock_stays_busy_is_marked_again(engine: Engine) -> None:
         holder.join()
     assert kit.claimer.head_pass() == 1
     assert rows(engine)["b"].state == states.READY
+
+
+def test_a_head_held_back_by_an_undelivered_outbox_row_stays_marked(engine: Engine) -> None:
+    # Given a waiting head a whose group has a more urgent outbox row u not yet delivered
+    # (job-queue deployment): u may reach the inbox without anything marking the group
+    # (as a duplicate, or inserted failed for an unknown type)
+    kit = make_kit(engine)
+    group = own_group()
+    store_jobs(engine, [("a", 2)], group=group)
+    kit.take_outbox()
+    store_jobs(engine, [("u", 1)], group=group)
+    set_state(engine, rows(engine)["a"].id, states.WAITING)
+    # When the marked pass looks at it: u stands before a, nothing is promoted
+    assert kit.claimer.head_pass() == 0
+    # Then the group stays marked, for the next pass to look again
+    assert marks(engine) == {group: True}
+    assert rows(engine)["a"].state == states.WAITING

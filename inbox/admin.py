@@ -9,7 +9,6 @@ from inbox.claims import Claimer
 from inbox.consumer import Consumer
 from inbox.group_state import mark_groups
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
-from outbox.queries import dialect_family
 from outbox.schema import schema_for
 
 
@@ -23,8 +22,7 @@ def unblock(
     with engine.begin() as conn:
         released = conn.execute(queries.unblock(schema.inbox, consumer, group)).rowcount
         if released:  # for the workers' head pass, should the promotion below not happen
-            family = dialect_family(conn)
-            mark_groups(conn, schema.groups, family, consumer, [group])
+            mark_groups(conn, schema.groups, consumer, [group])
     if released:
         # Only the name and config matter to the head-of-group pass; any queue will do.
         stub = Consumer(consumer, queues=["unblock"], config=config)

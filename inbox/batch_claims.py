@@ -124,7 +124,7 @@ class BatchClaimer:
                     conn.execute(q.mark_waiting_many(self.inbox), {"ids": waiting, "now": now})
                     # Seen busy, the group's runner may have finished since (committed
                     # after our read): the head pass must look, whatever it saw before.
-                    mark_groups(conn, self.groups, self.family, self.consumer.name, chosen.waited)
+                    mark_groups(conn, self.groups, self.consumer.name, chosen.waited)
         finally:
             if names:
                 conn.execute(q.release_locks_mysql(len(names)), q.lock_parameters(names))

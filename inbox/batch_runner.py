@@ -93,7 +93,6 @@ class BatchRunner:
         schema = schema_for(consumer.config)
         self.inbox = schema.inbox
         self.groups = schema.groups
-        self.family = "mysql" if engine.dialect.name == "mariadb" else engine.dialect.name
         self.metrics = metrics.default()
         self._notify = engine.dialect.name == "postgresql"
         self._thread = threading.local()  # .seconds: row id -> its handler's last run
@@ -254,7 +253,7 @@ class BatchRunner:
             outcomes.append((claim, decided.state))
         # Every finish frees its group (or leaves its retry in line): the head pass looks.
         groups = (c.serial_group for c, _ in outcomes)
-        mark_groups(session, self.groups, self.family, self.consumer.name, groups)
+        mark_groups(session, self.groups, self.consumer.name, groups)
         if self._notify and any(o == states.RETRY for _, o in outcomes):
             # Idle workers of the consumer, in any process, work out their wait again.
             channel = self.consumer.config.notify_channel

@@ -136,7 +136,7 @@ class Claimer:
             # without the ordering check.
             if group is not None and self.blocked(conn, candidate, now, ordering=not resumed):
                 conn.execute(queries.mark_waiting(self.inbox, candidate.id, now))
-                mark_groups(conn, self.groups, self.family, self.consumer.name, [group])
+                mark_groups(conn, self.groups, self.consumer.name, [group])
                 return None
             return self._claim(conn, candidate, group, now, resumed=resumed)
 
@@ -323,7 +323,7 @@ class Claimer:
             return
         try:
             with self.engine.begin() as conn:
-                mark_groups(conn, self.groups, self.family, self.consumer.name, groups)
+                mark_groups(conn, self.groups, self.consumer.name, groups)
         except Exception as exc:  # the full pass finds them
             log.warning("groups not marked again for the next head pass: %s", exc)
 

@@ -14,18 +14,16 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.orm import Session
 
 from inbox import queries_groups
+from outbox.queries import dialect_family
 
 
 def mark_groups(
-    conn: Connection | Session,
-    table: Table,
-    family: str,
-    consumer: str,
-    groups: Iterable[str | None],
+    conn: Connection | Session, table: Table, consumer: str, groups: Iterable[str | None]
 ) -> None:
     """Mark ``groups`` (None, an ungrouped row's, is left out). In name order, so that two
     transactions marking some of the same groups take the row locks in the same order."""
     names = sorted({g for g in groups if g is not None})
     if names:
+        family = dialect_family(conn.connection() if isinstance(conn, Session) else conn)
         rows = [{"consumer": consumer, "serial_group": g, "needs_check": True} for g in names]
         conn.execute(queries_groups.mark(table, family), rows)

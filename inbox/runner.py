@@ -56,7 +56,6 @@ class Runner:
         schema = schema_for(consumer.config)
         self.inbox = schema.inbox
         self.groups = schema.groups
-        self.family = "mysql" if engine.dialect.name == "mariadb" else engine.dialect.name
         # On SQLite a beat may queue behind the handler's own write transaction: harmless,
         # nobody can take the claim back while that transaction holds the write lock.
         self.heartbeat = True
@@ -143,7 +142,7 @@ class Runner:
                 beat.join()
 
     def _mark(self, conn: Connection | Session, claim: Claim) -> None:
-        mark_groups(conn, self.groups, self.family, self.consumer.name, [claim.serial_group])
+        mark_groups(conn, self.groups, self.consumer.name, [claim.serial_group])
 
     def _beat(self, claim: Claim, stop: threading.Event) -> None:
         interval = self.consumer.visibility_timeout / 3

@@ -259,13 +259,12 @@ def _halted_groups(
 def _mark_for_head_pass(conn: Connection, groups: Table, rows: Sequence[Any]) -> None:
     """The groups these rows free or put back in line: if ``_promote`` cannot promote one
     now, the workers' head pass finds it marked."""
-    family = dialect_family(conn)
     by_consumer: dict[str, set[str]] = {}
     for r in rows:
         if r.serial_group is not None:
             by_consumer.setdefault(str(r.consumer), set()).add(str(r.serial_group))
     for consumer in sorted(by_consumer):
-        mark_groups(conn, groups, family, consumer, by_consumer[consumer])
+        mark_groups(conn, groups, consumer, by_consumer[consumer])
 
 
 def _promote(

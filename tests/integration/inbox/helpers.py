@@ -19,7 +19,6 @@ from inbox.runner import Runner
 from inbox.sources.database import DatabaseSource
 from outbox import Message, inbox_table, store_many
 from outbox.backoff import Backoff
-from outbox.queries import dialect_family
 from outbox.schema import groups_table
 
 S1 = [("a", 1), ("b", 1), ("c", 2), ("d", 1), ("e", 1), ("f", 2), ("g", 1)]
@@ -138,7 +137,7 @@ def set_state(engine: Engine, row_id: int, state: str, **values: Any) -> None:
                 inbox_table.c.id == row_id
             )
         ).one()
-        mark_groups(conn, groups_table, dialect_family(conn), row.consumer, [row.serial_group])
+        mark_groups(conn, groups_table, row.consumer, [row.serial_group])
 
 
 def candidate(row: Any) -> Candidate:

@@ -15,11 +15,12 @@ import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
 from sqlalchemy.orm import Session
 
-from inbox import InboxMessage, rules
+from inbox import InboxMessage
 from inbox.batch_claims import BatchClaimer
 from inbox.batch_runner import BatchRunner
 from inbox.batching import ISOLATIONS
 from inbox.leases import LeaseKeeper
+from inbox.locks import group_transaction
 from outbox import inbox_table, states
 from tests.integration.inbox.helpers import Kit, make_kit, rows, set_state, store_jobs
 
@@ -272,26 +273,14 @@ def test_a_freed_group_whose_lock_is_busy_is_handed_back_undecided(engine: Engin
 
 @contextmanager
 def group_lock_held_elsewhere(engine: Engine, kit: Kit, group: str) -> Iterator[bool]:
-    """Another session holding ``group``'s lock (False on SQLite, which has none)."""
-    name = engine.dialect.name
-    if name == "sqlite":
+    """Another session holding ``group``'s lock (False on SQLite, whose group lock is the
+    database's one writer: holding it would only block the claimer)."""
+    if engine.dialect.name == "sqlite":
         yield False
         return
-    with engine.connect() as conn:
-        if name == "postgresql":
-            conn.execute(select(func.pg_advisory_lock(rules.pg_lock_key(kit.consumer.name, group))))
-        else:
-            conn.execute(select(func.get_lock(rules.mysql_lock_name(kit.consumer.name, group), 0)))
-        try:
-            yield True
-        finally:
-            if name == "postgresql":
-                key = rules.pg_lock_key(kit.consumer.name, group)
-                conn.execute(select(func.pg_advisory_unlock(key)))
-            else:
-                lock = rules.mysql_lock_name(kit.consumer.name, group)
-                conn.execute(select(func.release_lock(lock)))
-            conn.commit()
+    with group_transaction(engine, kit.consumer.name, group, 5.0) as conn:
+        assert conn is not None
+        yield True
 
 
 def test_group_locks_are_released_after_the_claim(engine: Engine) -> None:

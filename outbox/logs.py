@@ -9,7 +9,9 @@ writes several lines per connection, which buries the relay's one line per batch
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -67,6 +69,13 @@ def configure_logging(level: str, library_level: str = "WARNING", ours: Iterable
             logging.getLogger(name).setLevel(own)
     for name in LIBRARY_LOGGERS_INSIDE_OURS:
         logging.getLogger(name).setLevel(libraries)
+
+
+def dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` prints every thread's stack to stderr and the process goes on: a
+    relay or worker that seems stuck (a lock wait, a broker call) says where, without a
+    debugger on the production host."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
 
 def _level(name: str, option: str) -> int:

@@ -18,7 +18,7 @@ from outbox.cli_support import DSN_HELP
 from outbox.cli_support import fail as _fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
-from outbox.logs import configure_logging, log_options
+from outbox.logs import configure_logging, dump_stacks_on_sigusr1, log_options
 
 commands: list[click.Command] = []
 
@@ -182,6 +182,7 @@ def relay(
     from relay.relay import Relay, RelaySettings
 
     configure_logging(log_level, library_log_level)
+    dump_stacks_on_sigusr1()
     if not broker.strip():
         _fail("broker: empty; the relay needs --broker (the database source is the worker's)")
     try:

@@ -122,10 +122,22 @@ def wait_all(processes: Sequence[subprocess.Popen[bytes]], timeout: float) -> li
         try:
             codes.append(process.wait(timeout=remaining))
         except subprocess.TimeoutExpired:
+            _print_stacks(process)
             process.kill()
             process.wait()
             raise
     return codes
+
+
+def _print_stacks(process: subprocess.Popen[bytes]) -> None:
+    """A process that did not exit in time prints its threads' stacks to its stderr (the
+    test's captured output) before it is killed: the failure then says where it was stuck.
+    Our relay and worker commands dump on SIGUSR1; a process that does not is killed by it."""
+    try:
+        process.send_signal(signal.SIGUSR1)
+        process.wait(timeout=2)  # it goes on after the dump: this wait is the dump's time
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def handles_signal(process: subprocess.Popen[bytes], signum: int) -> bool:

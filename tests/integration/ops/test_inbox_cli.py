@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -215,7 +215,7 @@ def test_retrying_a_halted_head_releases_its_group_in_order(dsn: str, engine: En
     kit.take_outbox()
     assert kit.drain() == ["a"]
     store_jobs(engine, [("u", 1)], group=name)
-    kit.take_outbox()
+    assert kit.take_outbox() == 1
     assert kit.drain() == ["a"]
     a_id = rows(engine, consumer)["a"].id
     (group,) = out_json(inbox(dsn, "groups", "--json"))
@@ -425,9 +425,7 @@ def test_groups_lists_groups_nobody_runs_and_groups_still_in_the_outbox(
     why = found["g"]["why"]
     assert why == f"waiting for outbox row {u_id}: ahead in the group, not delivered yet"
 
-    # Once a worker ran everything due, only the delayed group is left (the kit's clock was
-    # set when it was made: move it past u's store, which a loaded machine may make later)
-    kit.clock.now = max(kit.clock.now, datetime.now(UTC) + timedelta(seconds=1))
+    # Once a worker ran everything due, only the delayed group is left
     assert kit.take_outbox() == 1
     assert kit.drain() == ["u", "a", "b"]
     assert [r["group"] for r in json.loads(groups_process(dsn, "--json").stdout)] == ["gd"]

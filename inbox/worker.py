@@ -11,11 +11,9 @@ or ``poll_interval``.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 from sqlalchemy import Engine, inspect
@@ -41,6 +39,7 @@ from outbox import metrics, states
 from outbox.backoff import outage_delay
 from outbox.clock import utcnow
 from outbox.schema import schema_for
+from outbox.stop_signals import install_stop_signals
 
 log = logging.getLogger("inbox.worker")
 
@@ -121,8 +120,7 @@ class Worker:
             log.info("%s", self.summary(time.monotonic() - self.created))
             return 0
         if install_signals:
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+            install_stop_signals(self.request_stop)
         threads = [threading.Thread(target=self._source_loop, name="inbox-source", daemon=True)]
         threads += [
             threading.Thread(target=self._handler_loop, name=f"inbox-handler-{i}", daemon=True)
@@ -196,9 +194,11 @@ class Worker:
             f"{duplicates} duplicates, {counts.get(LOST, 0)} claims lost, ran {seconds:.1f}s"
         )
 
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self.exit_reason = signal.Signals(signum).name
-        log.info("%s: finishing running handlers", self.exit_reason)
+    def request_stop(self, reason: str) -> None:
+        """Stop after the running handlers (SIGTERM/SIGINT, by way of ``install_stop_signals``:
+        never from a signal handler itself, see ``outbox.stop_signals``)."""
+        self.exit_reason = reason
+        log.info("%s: finishing running handlers", reason)
         self.stop.set()
         self.claim_wake.set()
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import click
@@ -19,6 +17,7 @@ from outbox.cli_support import fail as _fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
 from outbox.logs import configure_logging, dump_stacks_on_sigusr1, log_options
+from outbox.stop_signals import install_stop_signals
 
 commands: list[click.Command] = []
 
@@ -231,14 +230,11 @@ def relay(
         _fail(str(exc))
         return
 
-    def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger("relay").info(
-            "%s: finishing the current batch", signal.Signals(signum).name
-        )
+    def _stop(reason: str) -> None:
+        logging.getLogger("relay").info("%s: finishing the current batch", reason)
         worker.stop()
 
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    install_stop_signals(_stop)
     logging.getLogger("relay").info(
         "relay started: database %s, broker %s, queues %s",
         engine.url.render_as_string(hide_password=True),

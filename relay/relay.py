@@ -125,7 +125,8 @@ class Relay:
     # -- control ------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Finish the current batch, then return from ``run()`` (signal-handler safe)."""
+        """Finish the current batch, then return from ``run()``. Not from a signal handler:
+        it sets an event the run loop waits on (``outbox.stop_signals`` says why)."""
         self._stopping.set()
 
     @property

@@ -38,6 +38,7 @@ from inbox.source import Source
 from outbox import metrics, states
 from outbox.backoff import outage_delay
 from outbox.clock import utcnow
+from outbox.errors import SchemaError
 from outbox.schema import schema_for
 from outbox.stop_signals import install_stop_signals
 
@@ -92,6 +93,8 @@ class Worker:
             holds = _holds_outbox(engine, consumer, self.options.time_limit)
             self.started_unreachable = holds is None
             job_queue = bool(holds)
+            if not self.started_unreachable:
+                _require_inbox_tables(engine, consumer)
         self.claimer = Claimer(consumer, engine, job_queue=job_queue, broker=broker)
         self.claimer.on_promoted = self.claim_wake.set
         self.batch_claimer = BatchClaimer(consumer, engine, job_queue=job_queue, broker=broker)
@@ -341,6 +344,21 @@ class Worker:
 def _brief(exc: BaseException) -> str:
     """The driver's own message: a batch statement with its parameters would fill pages."""
     return str(getattr(exc, "orig", None) or exc).strip()
+
+
+def _require_inbox_tables(engine: Engine, consumer: Consumer) -> None:
+    """Refuse to start on a database the migrations have not brought to this version: every
+    batch would fail at its commit (a missing table) and run its handlers again and again,
+    so whatever they do outside the database would be done many times."""
+    schema = schema_for(consumer.config)
+    inspector = inspect(engine)
+    missing = [t.name for t in (schema.inbox, schema.groups) if not inspector.has_table(t.name)]
+    if missing:
+        raise SchemaError(
+            f"table {', '.join(missing)} missing: the database schema is older than this "
+            "worker. Run `outbox migrate --dsn ...` first (or add the package's migrations to "
+            "your own Alembic history); workers of the previous version may go on meanwhile"
+        )
 
 
 def _holds_outbox(engine: Engine, consumer: Consumer, time_limit: float | None) -> bool | None:

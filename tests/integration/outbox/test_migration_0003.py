@@ -120,3 +120,43 @@ def test_upgrade_from_0002_with_messages_in_flight(db_factory: DatabaseFactory) 
             )
         finally:
             engine.dispose()
+
+
+def test_a_worker_refuses_a_database_not_yet_at_0003(db_factory: DatabaseFactory) -> None:
+    # Given a database at 0002 with messages in flight, and a worker of this version
+    consumer = unique("m2-")
+    with db_factory.database(empty=True) as url:
+        engine = make_engine(url)
+        config = _alembic_config(DEFAULT_CONFIG)
+        try:
+            with engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, "0002")
+            with engine.begin() as conn:
+                conn.execute(insert(inbox_table), [_row(consumer, *r) for r in IN_FLIGHT])
+            create_effects(engine)
+            before = _states(engine, consumer)
+
+            # When it starts
+            dsn = url.render_as_string(hide_password=False)
+            proc = run_worker(dsn, "", worker_env(consumer, ["jobs"], ["job"]))
+
+            # Then it exits 1 naming the missing table and what to run, and has run nothing
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            assert f"table {groups_table.name} missing" in proc.stderr, proc.stderr
+            assert "outbox migrate" in proc.stderr and "Traceback" not in proc.stderr
+            assert _states(engine, consumer) == before
+            with engine.connect() as conn:
+                assert conn.execute(select(effects.c.mark)).all() == []
+        finally:
+            engine.dispose()
+
+
+def _states(engine: Any, consumer: str) -> dict[str, tuple[str, int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(inbox_table.c.payload, inbox_table.c.state, inbox_table.c.attempts).where(
+                inbox_table.c.consumer == consumer
+            )
+        ).all()
+    return {payload["mark"]: (state, attempts) for payload, state, attempts in rows}

@@ -8,12 +8,16 @@ worker runs at start)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import ANY
 from uuid import uuid4
 
 from alembic import command
 from sqlalchemy import insert, select
+from sqlalchemy.engine import URL
 
 from outbox import states
 from outbox.config import DEFAULT_CONFIG
@@ -77,79 +81,73 @@ def _row(consumer: str, mark: str, group: str | None, priority: int, seq: int, s
     return row
 
 
-def test_upgrade_from_0002_with_messages_in_flight(db_factory: DatabaseFactory) -> None:
-    consumer = unique("m3-")
+@contextmanager
+def _at_0002_in_flight(db_factory: DatabaseFactory, consumer: str) -> Iterator[tuple[Any, URL]]:
+    """A database migrated to 0002 holding ``IN_FLIGHT`` for ``consumer``, and a group another
+    consumer has in line; the engine is disposed at the end."""
     with db_factory.database(empty=True) as url:
         engine = make_engine(url)
-        config = _alembic_config(DEFAULT_CONFIG)
         try:
-            with engine.begin() as conn:
-                config.attributes["connection"] = conn
-                command.upgrade(config, "0002")
+            _upgrade(engine, "0002")
             with engine.begin() as conn:
                 conn.execute(insert(inbox_table), [_row(consumer, *r) for r in IN_FLIGHT])
-                # A group another consumer has in line: marked for that consumer only.
                 conn.execute(insert(inbox_table), [_row("other", "o1", "gw", 1, 12, "waiting")])
-            with engine.begin() as conn:
-                config.attributes["connection"] = conn
-                command.upgrade(config, "head")
-            with engine.connect() as conn:
-                marked = {tuple(r) for r in conn.execute(select(groups_table))}
-            assert marked == {
-                *((consumer, g, True) for g in ("gw", "ga", "gp", "gr")),
-                ("other", "gw", True),
-            }
-            create_effects(engine)
-            dsn = url.render_as_string(hide_password=False)
-            proc = run_worker(dsn, "", worker_env(consumer, ["jobs"], ["job"]))
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            with engine.connect() as conn:
-                ran = conn.execute(select(effects.c.mark, effects.c.grp).order_by(effects.c.id))
-                by_group: dict[str | None, list[str]] = {}
-                for mark, group in ran:
-                    by_group.setdefault(group, []).append(mark)
-                left = conn.execute(
-                    select(inbox_table.c.payload, inbox_table.c.state).where(
-                        inbox_table.c.consumer == consumer
-                    )
-                ).all()
-            expected: dict[str | None, list[str]] = {**ORDER, None: ["u1"]}
-            assert by_group == expected, proc.stderr[-3000:]
-            assert {p["mark"]: state for p, state in left} == dict.fromkeys(
-                [r[0] for r in IN_FLIGHT], states.DONE
-            )
+            yield engine, url
         finally:
             engine.dispose()
+
+
+def _upgrade(engine: Any, revision: str) -> None:
+    config = _alembic_config(DEFAULT_CONFIG)
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+
+
+def test_upgrade_from_0002_with_messages_in_flight(db_factory: DatabaseFactory) -> None:
+    consumer = unique("m3-")
+    with _at_0002_in_flight(db_factory, consumer) as (engine, url):
+        _upgrade(engine, "head")
+        with engine.connect() as conn:
+            marked = {tuple(r) for r in conn.execute(select(groups_table))}
+        # The other consumer's group is marked for that consumer only.
+        assert marked == {
+            *((consumer, g, True) for g in ("gw", "ga", "gp", "gr")),
+            ("other", "gw", True),
+        }
+        create_effects(engine)
+        dsn = url.render_as_string(hide_password=False)
+        proc = run_worker(dsn, "", worker_env(consumer, ["jobs"], ["job"]))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        with engine.connect() as conn:
+            ran = conn.execute(select(effects.c.mark, effects.c.grp).order_by(effects.c.id))
+            by_group: dict[str | None, list[str]] = {}
+            for mark, group in ran:
+                by_group.setdefault(group, []).append(mark)
+        expected: dict[str | None, list[str]] = {**ORDER, None: ["u1"]}
+        assert by_group == expected, proc.stderr[-3000:]
+        assert _states(engine, consumer) == {r[0]: (states.DONE, ANY) for r in IN_FLIGHT}
 
 
 def test_a_worker_refuses_a_database_not_yet_at_0003(db_factory: DatabaseFactory) -> None:
     # Given a database at 0002 with messages in flight, and a worker of this version
     consumer = unique("m2-")
-    with db_factory.database(empty=True) as url:
-        engine = make_engine(url)
-        config = _alembic_config(DEFAULT_CONFIG)
-        try:
-            with engine.begin() as conn:
-                config.attributes["connection"] = conn
-                command.upgrade(config, "0002")
-            with engine.begin() as conn:
-                conn.execute(insert(inbox_table), [_row(consumer, *r) for r in IN_FLIGHT])
-            create_effects(engine)
-            before = _states(engine, consumer)
+    with _at_0002_in_flight(db_factory, consumer) as (engine, url):
+        create_effects(engine)
+        before = _states(engine, consumer)
 
-            # When it starts
-            dsn = url.render_as_string(hide_password=False)
-            proc = run_worker(dsn, "", worker_env(consumer, ["jobs"], ["job"]))
+        # When it starts
+        proc = run_worker(
+            url.render_as_string(hide_password=False), "", worker_env(consumer, ["jobs"], ["job"])
+        )
 
-            # Then it exits 1 naming the missing table and what to run, and has run nothing
-            assert proc.returncode == 1, proc.stdout + proc.stderr
-            assert f"table {groups_table.name} missing" in proc.stderr, proc.stderr
-            assert "outbox migrate" in proc.stderr and "Traceback" not in proc.stderr
-            assert _states(engine, consumer) == before
-            with engine.connect() as conn:
-                assert conn.execute(select(effects.c.mark)).all() == []
-        finally:
-            engine.dispose()
+        # Then it exits 1 naming the missing table and what to run, and has run nothing
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"table {groups_table.name} missing" in proc.stderr, proc.stderr
+        assert "outbox migrate" in proc.stderr and "Traceback" not in proc.stderr
+        assert _states(engine, consumer) == before
+        with engine.connect() as conn:
+            assert conn.execute(select(effects.c.mark)).all() == []
 
 
 def _states(engine: Any, consumer: str) -> dict[str, tuple[str, int]]:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, Inspector, inspect
 from sqlalchemy.exc import OperationalError
 
 from inbox import queries
@@ -93,8 +93,6 @@ class Worker:
             holds = _holds_outbox(engine, consumer, self.options.time_limit)
             self.started_unreachable = holds is None
             job_queue = bool(holds)
-            if not self.started_unreachable:
-                _require_inbox_tables(engine, consumer)
         self.claimer = Claimer(consumer, engine, job_queue=job_queue, broker=broker)
         self.claimer.on_promoted = self.claim_wake.set
         self.batch_claimer = BatchClaimer(consumer, engine, job_queue=job_queue, broker=broker)
@@ -122,8 +120,7 @@ class Worker:
             self.exit_reason = "time limit, database never reachable"
             log.info("%s", self.summary(time.monotonic() - self.created))
             return 0
-        if install_signals:
-            install_stop_signals(self.request_stop)
+        uninstall = install_stop_signals(self.request_stop) if install_signals else _nothing
         threads = [threading.Thread(target=self._source_loop, name="inbox-source", daemon=True)]
         threads += [
             threading.Thread(target=self._handler_loop, name=f"inbox-handler-{i}", daemon=True)
@@ -182,6 +179,7 @@ class Worker:
             beat_stop.set()
             beat.join()
             log.info("%s", self.summary(time.monotonic() - started))
+            uninstall()
         return 0
 
     def summary(self, seconds: float) -> str:
@@ -341,37 +339,43 @@ class Worker:
             return None
 
 
+def _nothing() -> None:
+    pass
+
+
 def _brief(exc: BaseException) -> str:
     """The driver's own message: a batch statement with its parameters would fill pages."""
     return str(getattr(exc, "orig", None) or exc).strip()
 
 
-def _require_inbox_tables(engine: Engine, consumer: Consumer) -> None:
+def _require_inbox_tables(inspector: Inspector, consumer: Consumer) -> None:
     """Refuse to start on a database the migrations have not brought to this version: every
     batch would fail at its commit (a missing table) and run its handlers again and again,
     so whatever they do outside the database would be done many times."""
     schema = schema_for(consumer.config)
-    inspector = inspect(engine)
     missing = [t.name for t in (schema.inbox, schema.groups) if not inspector.has_table(t.name)]
     if missing:
         raise SchemaError(
-            f"table {', '.join(missing)} missing: the database schema is older than this "
+            f"missing table(s) {', '.join(missing)}: the database schema is older than this "
             "worker. Run `outbox migrate --dsn ...` first (or add the package's migrations to "
-            "your own Alembic history); workers of the previous version may go on meanwhile"
+            "your own Alembic history)"
         )
 
 
 def _holds_outbox(engine: Engine, consumer: Consumer, time_limit: float | None) -> bool | None:
-    """Does this database hold the outbox (the job-queue deployment)? Asked at start, when a
-    lost connection must not end the worker any more than later: tried until it answers, or
-    None once the worker's time limit has passed (the relay, too, outlasts an outage within
-    its time limit and exits 0)."""
+    """Does this database hold the outbox (the job-queue deployment)? Asked at start, with
+    the check that the inbox tables are there (``SchemaError`` if not), when a lost
+    connection must not end the worker any more than later: tried until it answers, or None
+    once the worker's time limit has passed (the relay, too, outlasts an outage within its
+    time limit and exits 0)."""
     table = schema_for(consumer.config).outbox.name
     started = time.monotonic()
     failures = 0
     while True:
         try:
-            return inspect(engine).has_table(table)
+            inspector = inspect(engine)
+            _require_inbox_tables(inspector, consumer)
+            return inspector.has_table(table)
         except OperationalError as exc:
             failures += 1
             log.error("database not reachable at start (%s in a row): %s", failures, _brief(exc))

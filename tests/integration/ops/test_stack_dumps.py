@@ -25,7 +25,7 @@ COMMANDS = {
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_sigusr1_prints_the_stacks_and_the_process_goes_on(command: str) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "outbox.cli", *COMMANDS[command], "--time-limit", "8"],
+        [sys.executable, "-m", "outbox.cli", *COMMANDS[command], "--time-limit", "15"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
@@ -47,5 +47,7 @@ def test_sigusr1_prints_the_stacks_and_the_process_goes_on(command: str) -> None
     text = err.decode()
     # Exit 0 at its time limit: the signal neither killed it nor stopped it.
     assert process.returncode == 0, text
-    assert "(most recent call first):" in text, text
-    assert 'File "' in text and "outbox" in text, text
+    # Every thread: faulthandler names the interrupted one "Current thread" only when it
+    # dumps them all; the main thread is in our own code.
+    assert "Current thread 0x" in text and "(most recent call first):" in text, text
+    assert "/outbox/" in text or "/inbox/" in text or "/relay/" in text, text

@@ -16,7 +16,7 @@ from unittest.mock import ANY
 from uuid import uuid4
 
 from alembic import command
-from sqlalchemy import insert, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.engine import URL
 
 from outbox import states
@@ -82,7 +82,7 @@ def _row(consumer: str, mark: str, group: str | None, priority: int, seq: int, s
 
 
 @contextmanager
-def _at_0002_in_flight(db_factory: DatabaseFactory, consumer: str) -> Iterator[tuple[Any, URL]]:
+def _at_0002_in_flight(db_factory: DatabaseFactory, consumer: str) -> Iterator[tuple[Engine, URL]]:
     """A database migrated to 0002 holding ``IN_FLIGHT`` for ``consumer``, and a group another
     consumer has in line; the engine is disposed at the end."""
     with db_factory.database(empty=True) as url:
@@ -97,7 +97,7 @@ def _at_0002_in_flight(db_factory: DatabaseFactory, consumer: str) -> Iterator[t
             engine.dispose()
 
 
-def _upgrade(engine: Any, revision: str) -> None:
+def _upgrade(engine: Engine, revision: str) -> None:
     config = _alembic_config(DEFAULT_CONFIG)
     with engine.begin() as conn:
         config.attributes["connection"] = conn
@@ -143,14 +143,14 @@ def test_a_worker_refuses_a_database_not_yet_at_0003(db_factory: DatabaseFactory
 
         # Then it exits 1 naming the missing table and what to run, and has run nothing
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert f"table {groups_table.name} missing" in proc.stderr, proc.stderr
+        assert f"missing table(s) {groups_table.name}:" in proc.stderr, proc.stderr
         assert "outbox migrate" in proc.stderr and "Traceback" not in proc.stderr
         assert _states(engine, consumer) == before
         with engine.connect() as conn:
             assert conn.execute(select(effects.c.mark)).all() == []
 
 
-def _states(engine: Any, consumer: str) -> dict[str, tuple[str, int]]:
+def _states(engine: Engine, consumer: str) -> dict[str, tuple[str, int]]:
     with engine.connect() as conn:
         rows = conn.execute(
             select(inbox_table.c.payload, inbox_table.c.state, inbox_table.c.attempts).where(

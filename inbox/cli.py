@@ -22,7 +22,7 @@ from outbox import dsn as dsn_mod
 from outbox.cli_support import DSN_HELP
 from outbox.cli_support import fail as _fail
 from outbox.errors import OutboxError
-from outbox.logs import configure_logging, dump_stacks_on_sigusr1, log_options
+from outbox.logs import configure_logging, log_options
 
 commands: list[click.Command] = []
 
@@ -174,7 +174,6 @@ def worker(
     # The consumer's package logs at our level: its handlers' lines are the operator's own.
     package = target.partition(":")[0].split(".")[0]
     configure_logging(log_level, library_log_level, ours=[package])
-    dump_stacks_on_sigusr1()
     consumer = load_consumer(target)
     unknown = sorted(set(queues) - set(consumer.queues))
     if unknown:

@@ -58,7 +58,8 @@ def log_options(func: F) -> F:
 
 def configure_logging(level: str, library_level: str = "WARNING", ours: Iterable[str] = ()) -> None:
     """One stderr handler; ``level`` for our loggers and those named in ``ours``,
-    ``library_level`` for every other one."""
+    ``library_level`` for every other one; SIGUSR1 dumps the stacks (the long-running
+    commands are the ones that configure logging)."""
     own, libraries = _level(level, "--log-level"), _level(library_level, "--library-log-level")
     # A no-op when the root logger has handlers already (a test runner's): then only the
     # levels below apply.
@@ -69,13 +70,14 @@ def configure_logging(level: str, library_level: str = "WARNING", ours: Iterable
             logging.getLogger(name).setLevel(own)
     for name in LIBRARY_LOGGERS_INSIDE_OURS:
         logging.getLogger(name).setLevel(libraries)
+    dump_stacks_on_sigusr1()
 
 
 def dump_stacks_on_sigusr1() -> None:
     """``kill -USR1 PID`` prints every thread's stack to stderr and the process goes on: a
     relay or worker that seems stuck (a lock wait, a broker call) says where, without a
     debugger on the production host."""
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _level(name: str, option: str) -> int:

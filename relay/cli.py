@@ -16,7 +16,7 @@ from outbox.cli_support import DSN_HELP
 from outbox.cli_support import fail as _fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
-from outbox.logs import configure_logging, dump_stacks_on_sigusr1, log_options
+from outbox.logs import configure_logging, log_options
 from outbox.stop_signals import install_stop_signals
 
 commands: list[click.Command] = []
@@ -181,7 +181,6 @@ def relay(
     from relay.relay import Relay, RelaySettings
 
     configure_logging(log_level, library_log_level)
-    dump_stacks_on_sigusr1()
     if not broker.strip():
         _fail("broker: empty; the relay needs --broker (the database source is the worker's)")
     try:

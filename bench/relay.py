@@ -39,8 +39,8 @@ from outbox import migrate, states  # noqa: E402
 from outbox.dsn import make_engine  # noqa: E402
 from outbox.schema import outbox_table  # noqa: E402
 from outbox.store import Message, store, store_many  # noqa: E402
+from outbox.transport import Outgoing  # noqa: E402
 from outbox.wire import Envelope  # noqa: E402
-from relay.publisher import Outgoing  # noqa: E402
 from relay.publishers.rabbitmq import RabbitMQPublisher  # noqa: E402
 
 PG_ADMIN = os.environ.get("OUTBOX_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")

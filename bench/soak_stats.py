@@ -24,7 +24,7 @@ from outbox.schema import schema_for
 
 SCHEMA = schema_for()
 OUTBOX, INBOX = SCHEMA.outbox, SCHEMA.inbox
-FINISHED = (states.DONE, states.DEAD)
+FINISHED = (states.DONE, states.FAILED)
 
 
 def _finished_row(o: Any = OUTBOX) -> Any:
@@ -93,7 +93,7 @@ class Probe:
                 .limit(1)
             ).first()
         stored = sum(by_status.values())
-        done, failed = by_state.get(states.DONE, 0), by_state.get(states.DEAD, 0)
+        done, failed = by_state.get(states.DONE, 0), by_state.get(states.FAILED, 0)
         lag = 0.0
         if oldest is not None:
             self.floor = int(oldest.id)
@@ -177,8 +177,8 @@ def totals(engine: Engine, queue: str, poison: set[UUID], rolled_back: set[UUID]
     state = {r.event_id: r.state for r in inbox_rows}
     t.duplicates = sum(int(r.duplicates) for r in inbox_rows)
     t.done = sum(1 for s in state.values() if s == states.DONE)
-    t.failed = sum(1 for s in state.values() if s == states.DEAD)
-    t.unexpected_failed = [e for e, s in state.items() if s == states.DEAD and e not in poison]
+    t.failed = sum(1 for s in state.values() if s == states.FAILED)
+    t.unexpected_failed = [e for e, s in state.items() if s == states.FAILED and e not in poison]
     t.lost = [
         Lost(
             r.event_id,
@@ -196,7 +196,7 @@ def totals(engine: Engine, queue: str, poison: set[UUID], rolled_back: set[UUID]
     t.wrong_effects = sum(
         1
         for e, s in state.items()
-        if (s == states.DONE and per_event[e] == 0) or (s == states.DEAD and per_event[e] > 0)
+        if (s == states.DONE and per_event[e] == 0) or (s == states.FAILED and per_event[e] > 0)
     )
     t.overlaps = count_overlaps((r.serial_group, r.started, r.ended) for r in effect_rows)
     occurred = {r.event_id: r.occurred_at.timestamp() for r in outbox_rows}

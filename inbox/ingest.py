@@ -18,12 +18,12 @@ from sqlalchemy import Connection, Engine
 
 from inbox import queries
 from inbox.consumer import Consumer
-from inbox.source import Rejected
 from outbox import states
 from outbox.clock import utcnow
 from outbox.queries import dialect_family
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
+from outbox.transport import Rejected
 from outbox.wire import H_EVENT_ID, H_KEY, H_PRIORITY, H_QUEUE, H_TYPE, Envelope
 
 # Event ids of messages too broken to carry one: derived from their bytes, so a redelivery
@@ -64,7 +64,7 @@ class InboxIngest:
     def within(self, conn: Connection, messages: Sequence[Envelope | Rejected]) -> IngestResult:
         now = self.clock()
         rows = [self._row(m, now) for m in messages]
-        failed = sum(1 for r in rows if r["state"] == states.DEAD)
+        failed = sum(1 for r in rows if r["state"] == states.FAILED)
         inserted = duplicates = 0
         family = dialect_family(conn)
         for batch in _distinct_batches(rows):
@@ -108,7 +108,7 @@ class InboxIngest:
             "finished_at": None,
         }
         if self.consumer.handler_for(message.type) is None:
-            row["state"] = states.DEAD
+            row["state"] = states.FAILED
             row["finished_at"] = now
             row["last_error"] = (
                 f"unknown message type {message.type!r}: consumer {self.consumer.name!r} "
@@ -142,7 +142,7 @@ class InboxIngest:
             "type": headers.get(H_TYPE, "")[:_MAX_NAME],
             "payload": None,
             "headers": serialize("headers", headers, DEFAULT_SERIALIZER),
-            "state": states.DEAD,
+            "state": states.FAILED,
             "attempts": 0,
             "available_at": now,
             "last_error": f"rejected from {message.origin or 'broker'}: {message.reason}; "

@@ -480,7 +480,7 @@ def unblock(table: Table, consumer: str, group: str) -> Update:
     return (
         update(table)
         .where(t.consumer == consumer, t.serial_group == group, t.state == states.HALTED)
-        .values(state=states.DEAD)
+        .values(state=states.FAILED)
     )
 
 

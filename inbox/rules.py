@@ -109,7 +109,7 @@ def expected_order(rows: Sequence[tuple[str, int]]) -> list[str]:
 class Failure:
     """What happens to a row whose handler raised."""
 
-    state: str  # RETRY, DEAD or HALTED
+    state: str  # RETRY, FAILED or HALTED
     delay: timedelta
 
 
@@ -124,7 +124,7 @@ def after_failure(
     """Retry with backoff until ``max_attempts`` handler runs, then dead; permanent errors are
     dead at once. A dead row halts its group under on_dead="halt"."""
     if permanent or attempt >= max_attempts:
-        return Failure(states.HALTED if on_dead == "halt" else states.DEAD, timedelta(0))
+        return Failure(states.HALTED if on_dead == "halt" else states.FAILED, timedelta(0))
     return Failure(states.RETRY, backoff.delay(attempt))
 
 

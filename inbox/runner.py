@@ -36,7 +36,7 @@ LOST = "lost"  # the claim was taken back meanwhile: our work was rolled back
 _RESULTS = {
     DONE: metrics.RESULT_DONE,
     states.RETRY: metrics.RESULT_RETRY,
-    states.DEAD: metrics.RESULT_FAILED,
+    states.FAILED: metrics.RESULT_FAILED,
     states.HALTED: metrics.RESULT_FAILED,
 }
 
@@ -205,7 +205,7 @@ def count_outcome(
 
 
 def _frees_group(outcome: str, consumer: Consumer, queue: str) -> bool:
-    if outcome == DONE or outcome == states.DEAD:
+    if outcome == DONE or outcome == states.FAILED:
         return True
     return outcome == states.RETRY and consumer.on_retry_for(queue) == "skip"
 

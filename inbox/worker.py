@@ -34,13 +34,13 @@ from inbox.consumer import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
 from inbox.leases import LeaseKeeper
 from inbox.runner import DONE, LOST, _frees_group
-from inbox.source import Source
 from outbox import metrics, states
 from outbox.backoff import outage_delay
 from outbox.clock import utcnow
 from outbox.errors import SchemaError
 from outbox.schema import schema_for
 from outbox.stop_signals import install_stop_signals
+from outbox.transport import Source
 
 log = logging.getLogger("inbox.worker")
 
@@ -83,7 +83,6 @@ class Worker:
         self.options = options or WorkerOptions()
         self.stop = threading.Event()
         self.claim_wake = threading.Event()
-        self.source_wake: threading.Event | None = getattr(source, "wake", None)
         self.ingest = InboxIngest(consumer, engine)
         self.ingest.on_ingested = self._ingested
         # None: the database did not answer within the time limit; run() then ends at once.
@@ -188,7 +187,7 @@ class Worker:
             counts = dict(self.processed)
             duplicates = self.duplicates
         done, retry = counts.get(DONE, 0), counts.get(states.RETRY, 0)
-        failed = counts.get(states.DEAD, 0) + counts.get(states.HALTED, 0)
+        failed = counts.get(states.FAILED, 0) + counts.get(states.HALTED, 0)
         return (
             f"worker {self.consumer.name} exiting ({self.exit_reason}): "
             f"{done + retry + failed} processed ({done} done, {retry} retry, {failed} failed), "
@@ -311,8 +310,8 @@ class Worker:
                         for note in conn.notifies(timeout=0.5):
                             if note.payload == mine:
                                 self.claim_wake.set()
-                            elif note.payload in queues and self.source_wake is not None:
-                                self.source_wake.set()
+                            elif note.payload in queues:
+                                self.source.wake()
             except Exception as exc:
                 log.warning("LISTEN connection lost: %s", exc)
                 self.stop.wait(1.0)

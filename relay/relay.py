@@ -32,10 +32,10 @@ from outbox.errors import ConfigError
 from outbox.metrics import Metrics
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER
+from outbox.transport import BrokerUnavailable, Outgoing, Publisher
 from outbox.validation import check_queue
 from outbox.wire import Envelope
 from relay import queries
-from relay.publisher import BrokerUnavailable, Outgoing, Publisher
 from relay.sqlite_guard import SQLiteRelayLock
 from relay.wakeup import PgNotifyWaker, PollWaker, Waker
 
@@ -170,7 +170,7 @@ class Relay:
                     if s.stop_when_idle:
                         self.stats.exit_reason = "idle"
                         break
-                    _idle(self.publisher)
+                    self.publisher.idle()
                     waker.wait(s.poll_interval)
             else:
                 self.stats.exit_reason = "stopped"
@@ -419,12 +419,6 @@ def waves(rows: Sequence[Row[Any]]) -> list[list[Row[Any]]]:
 
 def _chain(row: Row[Any]) -> tuple[str, int, str]:
     return (row.queue, row.priority, row.key)
-
-
-def _idle(publisher: Publisher) -> None:
-    idle = getattr(publisher, "idle", None)
-    if callable(idle):
-        idle()
 
 
 __all__ = ["BatchResult", "Relay", "RelaySettings", "RelayStats"]

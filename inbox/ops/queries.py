@@ -31,7 +31,7 @@ from sqlalchemy import update as sql_update
 from outbox import states
 
 # Dead rows: ``failed`` and ``halted`` (dead under on_dead="halt", holding its group).
-DEAD_STATES = (states.DEAD, states.HALTED)
+DEAD_STATES = (states.FAILED, states.HALTED)
 IN_LINE_STATES = (states.READY, states.WAITING, states.RETRY)
 # A group is listed by ``groups`` when one of its rows is in one of these states: ``ready``
 # too, since a ready row nobody claims (no worker running) holds its group as surely.

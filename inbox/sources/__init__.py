@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from sqlalchemy import Engine
 
-from inbox.source import Source
 from outbox.errors import ConfigError
+from outbox.transport import Source
 
 
 def source_from_url(

@@ -19,11 +19,11 @@ from sqlalchemy import Engine
 
 from inbox import queries
 from inbox.ingest import InboxIngest
-from inbox.source import Ingest
 from outbox.clock import utcnow
 from outbox.queries import dialect_family
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
+from outbox.transport import Ingest
 from outbox.wire import Envelope
 
 log = logging.getLogger("inbox.sources.database")
@@ -43,7 +43,7 @@ class DatabaseSource:
         self.queues = list(queues)
         self.clock = clock
         # Set by the worker's listener on a NOTIFY; polled otherwise.
-        self.wake = wake if wake is not None else threading.Event()
+        self._wake = wake if wake is not None else threading.Event()
         self._ingest = ingest_within
         self._closed = False
 
@@ -55,8 +55,8 @@ class DatabaseSource:
         if taken or self._closed:
             return taken
         # Nothing due: wait for a NOTIFY (PostgreSQL) or the poll interval, then look again.
-        if self.wake.wait(timeout):
-            self.wake.clear()
+        if self._wake.wait(timeout):
+            self._wake.clear()
             return self._take(target, max_messages)
         return 0
 
@@ -76,9 +76,12 @@ class DatabaseSource:
             target.on_ingested(result)
         return len(rows)
 
+    def wake(self) -> None:
+        self._wake.set()
+
     def close(self) -> None:
         self._closed = True
-        self.wake.set()
+        self._wake.set()
 
 
 def _envelope(row: Any) -> Envelope:

@@ -36,7 +36,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from inbox.source import Ingest, Rejected, ThreadSafeSource
+from inbox.sources.thread_safe import ThreadSafeSource
+from outbox.transport import Ingest, Rejected
 from outbox.wire import Envelope, MalformedMessageError, from_wire, routing_name
 from relay.publishers.kafka import client_config, ensure_topics
 

@@ -33,10 +33,10 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from inbox.source import Ingest, Rejected, ThreadSafeSource
+from inbox.sources.thread_safe import ThreadSafeSource
 from outbox.dsn import mask
+from outbox.transport import BrokerUnavailable, Ingest, Rejected
 from outbox.wire import Envelope, MalformedMessageError, from_wire, routing_name
-from relay.publisher import BrokerUnavailable
 
 log = logging.getLogger(__name__)
 

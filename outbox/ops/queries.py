@@ -28,7 +28,7 @@ from sqlalchemy import (
 from outbox import states
 
 INBOX_WAITING_STATES = (states.READY, states.WAITING, states.RETRY)
-INBOX_FAILED_STATES = (states.DEAD, states.HALTED)
+INBOX_FAILED_STATES = (states.FAILED, states.HALTED)
 INBOX_GAUGE_STATES = (*INBOX_WAITING_STATES, states.PROCESSING, *INBOX_FAILED_STATES)
 
 

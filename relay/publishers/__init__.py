@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from outbox.dsn import mask
 from outbox.errors import ConfigError
-from relay.publisher import Publisher
+from outbox.transport import Publisher
 
 SCHEMES = ("amqp", "amqps", "kafka")
 

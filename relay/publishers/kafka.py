@@ -35,7 +35,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from relay.publisher import BrokerUnavailable, Outgoing
+from outbox.transport import BrokerUnavailable, Outgoing
 
 log = logging.getLogger(__name__)
 _client_log = logging.getLogger(__name__ + ".librdkafka")
@@ -186,6 +186,9 @@ class KafkaPublisher:
             }
         )
         return Producer(settings)
+
+    def idle(self) -> None:
+        return None  # librdkafka serves its connections on its own threads
 
     def close(self) -> None:
         producer, self._producer, self._admin = self._producer, None, None

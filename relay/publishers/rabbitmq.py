@@ -30,8 +30,8 @@ import pika.exceptions
 import pika.spec
 
 from outbox.dsn import mask
+from outbox.transport import BrokerUnavailable, Outgoing
 from outbox.wire import CONTENT_TYPE
-from relay.publisher import BrokerUnavailable, Outgoing
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from sqlalchemy import func, select, text
 
 from inbox.rules import expected_order
 from outbox import Message, inbox_table, outbox_table, states, store_many
+from outbox.transport import Outgoing
 from outbox.wire import Envelope
-from relay.publisher import Outgoing
 from relay.publishers import publisher_from_url
 from relay.relay import envelope_of
 from tests.acceptance.test_broker_sources import BrokerRun, broker_workers

@@ -42,7 +42,7 @@ DASHBOARD = ROOT / "grafana" / "dashboard.json"
 ALERTS = ROOT / "grafana" / "alerts.yml"
 PRIORITIES = [str(p) for p in range(1, 10)]
 WAITING_STATES = (states.READY, states.WAITING, states.RETRY)
-FAILED_STATES = (states.DEAD, states.HALTED)
+FAILED_STATES = (states.FAILED, states.HALTED)
 
 Sample = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -160,7 +160,7 @@ def test_two_relays_and_two_workers_count_each_row_once(bed: Bed, tmp_path: Path
         for _ in range(2):
             outbox_row(conn, queue=idle, priority=2, status=states.FAILED, occurred_at=hour_ago)
         for seq, state in enumerate(
-            [states.READY, states.READY, states.WAITING, states.DEAD, states.HALTED]
+            [states.READY, states.READY, states.WAITING, states.FAILED, states.HALTED]
         ):
             inbox_row(conn, consumer=other, state=state, seq=seq, received_at=hour_ago)
 

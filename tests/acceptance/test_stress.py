@@ -50,7 +50,7 @@ def test_stress_six_workers_5000_messages_200_groups(bed: Bed) -> None:
                 select(inbox_table.c.state, func.count()).group_by(inbox_table.c.state)
             ).all()
         )
-    assert by_state == {states.DONE: 5000 - len(expected_fail), states.DEAD: len(expected_fail)}
+    assert by_state == {states.DONE: 5000 - len(expected_fail), states.FAILED: len(expected_fail)}
     # The recorded order inside every group is its (priority, id) order: all were stored
     # before the workers started.
     priority = {m.payload["mark"]: m.priority for m in messages}

@@ -118,7 +118,7 @@ def test_sigterm_logs_a_summary_of_the_run(bed: Bed, tmp_path: Path) -> None:
             rows = conn.execute(select(t.c.state, func.count()).group_by(t.c.state)).all()
         return {str(state): int(n) for state, n in rows}
 
-    wait_for(lambda: inbox_states() == {states.DONE: 3, states.DEAD: 1}, 60, "all four finished")
+    wait_for(lambda: inbox_states() == {states.DONE: 3, states.FAILED: 1}, 60, "all four finished")
     # And one delivered again (an operator's republish): a duplicate, not run again
     with bed.engine.connect() as conn:
         ok1 = conn.execute(select(func.min(outbox_table.c.id))).scalar_one()

@@ -212,7 +212,7 @@ class Pipeline:
                 conn.execute(
                     select(func.count()).where(
                         inbox_table.c.consumer == self.consumer,
-                        inbox_table.c.state.in_((states.DONE, states.DEAD)),
+                        inbox_table.c.state.in_((states.DONE, states.FAILED)),
                     )
                 ).scalar_one()
             )

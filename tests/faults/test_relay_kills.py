@@ -116,8 +116,8 @@ def test_the_checks_catch_lost_double_and_overlapping_runs() -> None:
         InboxFact(a, states.DONE, None, 0),
         InboxFact(b, states.DONE, None, 2),
         InboxFact(d, states.DONE, None, 0),
-        InboxFact(e, states.DEAD, "ValueError: no", 0),
-        InboxFact(f, states.DEAD, None, 0),
+        InboxFact(e, states.FAILED, "ValueError: no", 0),
+        InboxFact(f, states.FAILED, None, 0),
         InboxFact(g, states.PROCESSING, None, 1),
     ]
     effects = [a, b, b, g, stranger]

@@ -109,7 +109,7 @@ def test_the_verdict_catches_loss_doubles_and_overlaps() -> None:
     inbox = [
         row(a, states.DONE),  # fine
         row(b, states.DONE),  # done twice over: two effects
-        row(c, states.DEAD),  # failed without a reason: lost
+        row(c, states.FAILED),  # failed without a reason: lost
         row(d, states.PROCESSING),  # never finished: lost
         row(f, states.DONE),  # done without its effect: lost
     ]  # e: never received

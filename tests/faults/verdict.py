@@ -106,7 +106,7 @@ def _failed_with_reason(fact: InboxFact | None, outbox_error: str | None) -> boo
     outbox row up (failed, with the broker's reason)."""
     if fact is None:
         return bool(outbox_error)
-    return fact.state == states.DEAD and bool(fact.last_error)
+    return fact.state == states.FAILED and bool(fact.last_error)
 
 
 def group_overlaps(runs: Sequence[Run]) -> tuple[list[tuple[str, str, str]], int]:

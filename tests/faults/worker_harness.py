@@ -192,7 +192,7 @@ class FaultBed:
                 conn.execute(
                     select(func.count()).where(
                         inbox_table.c.consumer == self.consumer,
-                        inbox_table.c.state.in_([states.DONE, states.DEAD]),
+                        inbox_table.c.state.in_([states.DONE, states.FAILED]),
                     )
                 ).scalar_one()
             )
@@ -396,7 +396,7 @@ def tally(
     for event_id in stored:
         row = rows.get(event_id)
         if row is None or not (
-            row.state == states.DONE or (row.state == states.DEAD and row.last_error)
+            row.state == states.DONE or (row.state == states.FAILED and row.last_error)
         ):
             lost.append(str(event_id))  # no row, unfinished, or failed without a reason
         elif row.state == states.DONE and effect_count[event_id] == 0:
@@ -407,7 +407,7 @@ def tally(
     return Tally(
         stored=len(stored),
         done=sum(1 for r in inbox if r.state == states.DONE),
-        failed=sum(1 for r in inbox if r.state == states.DEAD),
+        failed=sum(1 for r in inbox if r.state == states.FAILED),
         lost=lost,
         double=double,
         overlaps=group_overlaps(runs),

@@ -128,7 +128,7 @@ class Model:
                 row.duplicates += 1
                 continue
             message = self.messages[event_id]
-            state = states.READY if message.known else states.DEAD
+            state = states.READY if message.known else states.FAILED
             self.rows[event_id] = Row(message, state, available_at=self.now)
 
     def advance(self, seconds: float) -> None:
@@ -306,7 +306,7 @@ class Model:
         "block", no outbox: inbox/admin.py)."""
         halted = [r for r in self.members(group) if r.state == states.HALTED]
         for row in halted:
-            row.state = states.DEAD
+            row.state = states.FAILED
         if halted:
             self.advance_group(group, take=False, skip=False, job_queue=False)
         return len(halted)
@@ -332,7 +332,7 @@ class Model:
             permanent = outcome == "permanent"
             result = self._fail(row, claim, permanent=permanent, jitter=jitter, holds=holds)
         following: Claim | None = None
-        frees = result in (DONE, states.DEAD) or (
+        frees = result in (DONE, states.FAILED) or (
             result == states.RETRY and self.policy.on_retry == "skip"
         )
         if row.group is not None and frees:
@@ -342,7 +342,7 @@ class Model:
 
     def _fail(self, row: Row, claim: Claim, *, permanent: bool, jitter: float, holds: bool) -> str:
         if permanent or claim.attempt >= self.policy.max_attempts:
-            state = states.HALTED if self.policy.on_dead == "halt" else states.DEAD
+            state = states.HALTED if self.policy.on_dead == "halt" else states.FAILED
             delay = timedelta(0)
         else:
             state = states.RETRY

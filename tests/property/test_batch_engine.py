@@ -306,7 +306,7 @@ class Run:
 
     @property
     def dead(self) -> str:
-        return states.HALTED if self.case.on_dead == "halt" else states.DEAD
+        return states.HALTED if self.case.on_dead == "halt" else states.FAILED
 
     def outcome_of(self, event_id: UUID, attempt: int) -> str:
         plan = self.plans[event_id]
@@ -489,7 +489,7 @@ class Run:
             if other_order is None or other_order >= row.order:
                 continue
             last = self.history[other_id][-1] if self.history[other_id] else None
-            if last is not None and last[1] in (DONE, states.DEAD):
+            if last is not None and last[1] in (DONE, states.FAILED):
                 continue
             if last is not None and last[1] == states.RETRY and skip:
                 assert last[2] is not None
@@ -504,7 +504,7 @@ class Run:
             and self.stored_step[e] < self.stored_step[event_id]
             and (o := self._order(e, before)) is not None
             and o > row.order
-            and not any(h[1] in (DONE, states.DEAD) for h in self.history[e])
+            and not any(h[1] in (DONE, states.FAILED) for h in self.history[e])
             for e, p in self.plans.items()
         ):
             SEEN["a late urgent message went first (S3)"] += 1
@@ -633,7 +633,7 @@ class Run:
         for event_id, row in end.rows.items():
             state, attempts = self.final_of(event_id)
             label = self._label(event_id, end)
-            if row.state in (DONE, states.DEAD, states.HALTED):
+            if row.state in (DONE, states.FAILED, states.HALTED):
                 if (row.state, row.attempts) != (state, attempts):
                     self._fail(f"G7: {label} ended {row.state} after {row.attempts} attempts")
                 if row.state != DONE:

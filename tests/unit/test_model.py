@@ -131,7 +131,7 @@ def test_a_worker_that_died_too_often_fails_the_row_without_running_it() -> None
     model.advance(2)
     again = model.claim_next()
     assert again is not None and again.attempt == 2
-    assert model.run(again.number, "ok")[0] == states.DEAD
+    assert model.run(again.number, "ok")[0] == states.FAILED
     assert model.rows[ids["x"]].effects == 0
 
 

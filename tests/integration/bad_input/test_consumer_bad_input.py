@@ -129,7 +129,7 @@ def test_poison_messages_fail_with_their_reason_and_never_block_other_work(
     # Then it exits 0, having gone idle (no exception loop) ...
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = inbox_rows(engine, consumer)
-    failed = [r for r in rows if r.state == states.DEAD]
+    failed = [r for r in rows if r.state == states.FAILED]
     done = [r for r in rows if r.state == states.DONE]
     # ... every poison message is one failed row naming its problem ...
     for poison in malformed:
@@ -139,7 +139,7 @@ def test_poison_messages_fail_with_their_reason_and_never_block_other_work(
     for message in rejected:
         mark = json.loads(message.body)["mark"] if message.body.startswith("{") else None
         row = by_event[message.event_id]
-        assert row.state == states.DEAD, message
+        assert row.state == states.FAILED, message
         assert reasons[mark or ("shape" if message.body == "[1, 2]" else "g1-head")] in (
             row.last_error or ""
         )
@@ -201,7 +201,7 @@ def test_oversized_names_and_out_of_range_numbers_fail_alone(
     problems: list[tuple[str, object]] = []
     for event_id, (case, field) in poisons.items():
         row = rows.get(event_id)
-        if row is None or row.state != states.DEAD or field not in (row.last_error or ""):
+        if row is None or row.state != states.FAILED or field not in (row.last_error or ""):
             problems.append((case, None if row is None else (row.state, row.last_error)))
         elif row.duplicates != 0:
             problems.append((case, "redelivered"))

@@ -8,8 +8,8 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import Engine, func, select, text
 
-from inbox.source import Rejected
 from outbox import inbox_table, states
+from outbox.transport import Rejected
 from outbox.wire import H_EVENT_ID, H_QUEUE, Envelope
 from tests.integration.inbox.helpers import make_kit, rows
 
@@ -77,7 +77,7 @@ def test_unknown_type_fails_at_once_with_the_reason(engine: Engine) -> None:
     kit = make_kit(engine)
     kit.ingest([_envelope("u", type="nobody.handles.this")])
     row = rows(engine)["u"]
-    assert row.state == states.DEAD
+    assert row.state == states.FAILED
     assert "unknown message type 'nobody.handles.this'" in row.last_error
     assert kit.drain() == []
 
@@ -91,7 +91,7 @@ def test_rejected_messages_are_kept_failed_and_deduplicated(engine: Engine) -> N
     kit.ingest([Rejected("outbox-type: header missing", {H_EVENT_ID: str(event_id)}, b"{}")])
     with engine.connect() as conn:
         found = conn.execute(select(inbox_table).order_by(inbox_table.c.id)).all()
-    assert [r.state for r in found] == [states.DEAD, states.DEAD]
+    assert [r.state for r in found] == [states.FAILED, states.FAILED]
     assert found[0].duplicates == 1
     assert "not valid JSON" in found[0].last_error and "{nope" in found[0].last_error
     assert found[1].event_id == event_id

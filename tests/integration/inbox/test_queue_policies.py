@@ -53,6 +53,6 @@ def test_on_dead_halt_for_one_queue_only(engine: Engine) -> None:
     ran = kit.drain()
     found = rows(engine)
     # jobs: the dead head lets its group continue; payments: the dead head halts its group
-    assert found["j"].state == states.DEAD and found["k"].state == states.DONE
+    assert found["j"].state == states.FAILED and found["k"].state == states.DONE
     assert found["p"].state == states.HALTED and found["q"].state != states.DONE
     assert "q" not in ran and "k" in ran

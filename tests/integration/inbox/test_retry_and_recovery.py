@@ -66,7 +66,7 @@ def test_attempts_exhausted_fail_with_type_message_and_traceback(engine: Engine)
     kit.clock.advance(1.5)
     assert kit.drain() == ["a", "a", "b"]  # on_dead="continue": b runs after a died
     row = rows(engine)["a"]
-    assert row.state == states.DEAD and row.attempts == 2
+    assert row.state == states.FAILED and row.attempts == 2
     assert row.last_error.startswith("builtins.RuntimeError: a fails on attempt 2")
     assert "Traceback" in row.last_error and "in job" in row.last_error
 
@@ -82,7 +82,7 @@ def test_permanent_errors_fail_at_once(engine: Engine) -> None:
     kit.take_outbox()
     kit.drain()
     row = rows(engine)["a"]
-    assert (row.state, row.attempts) == (states.DEAD, 1)
+    assert (row.state, row.attempts) == (states.FAILED, 1)
     assert "Unfixable: no" in row.last_error
 
 
@@ -100,7 +100,7 @@ def test_halt_holds_the_group_until_unblock(engine: Engine) -> None:
     assert unblock(engine, "c1", "g") == 1
     assert unblock(engine, "c1", "g") == 0
     assert kit.drain() == ["a", "free", "b"]
-    assert rows(engine)["a"].state == states.DEAD
+    assert rows(engine)["a"].state == states.FAILED
 
 
 def test_an_expired_claim_is_taken_back_and_the_late_finish_is_refused(engine: Engine) -> None:
@@ -155,7 +155,7 @@ def test_a_worker_that_died_too_often_marks_the_row_failed(engine: Engine) -> No
         kit.clock.advance(2)
     claim = kit.claimer.claim_next()
     assert claim is not None and claim.attempt == 3
-    assert kit.runner.run(claim) == states.DEAD
+    assert kit.runner.run(claim) == states.FAILED
     assert kit.ran == []
     assert "worker died" in rows(engine)["x"].last_error
 

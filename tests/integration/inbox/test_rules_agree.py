@@ -22,7 +22,7 @@ STATES = [
     states.PROCESSING,
     states.RETRY,
     states.DONE,
-    states.DEAD,
+    states.FAILED,
     states.HALTED,
 ]
 

@@ -36,7 +36,7 @@ def inbox_row(
     payload: Any = None,
 ) -> int:
     """One row; ``finished_at`` defaults to a second after receipt for finished states."""
-    finished = states.DONE, states.DEAD, states.HALTED
+    finished = states.DONE, states.FAILED, states.HALTED
     if finished_at is None and state in finished:
         finished_at = received_at + timedelta(seconds=1)
     result = conn.execute(

@@ -75,7 +75,7 @@ def inbox_row(
             available_at=received_at,
             received_at=received_at,
             finished_at=received_at + timedelta(seconds=1)
-            if state in (states.DONE, states.DEAD)
+            if state in (states.DONE, states.FAILED)
             else None,
         )
     )

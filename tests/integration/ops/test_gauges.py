@@ -35,7 +35,7 @@ def test_snapshot_counts_and_ages(engine: Engine) -> None:
             conn, queue="audit", status=states.SENT, occurred_at=NOW, sent_at=NOW
         )  # sent rows never show in the gauges
         for seq, state in enumerate(
-            [states.READY, states.WAITING, states.RETRY, states.PROCESSING, states.DEAD,
+            [states.READY, states.WAITING, states.RETRY, states.PROCESSING, states.FAILED,
              states.HALTED, states.DONE],
         ):  # fmt: skip
             inbox_row(

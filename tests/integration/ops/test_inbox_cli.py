@@ -84,7 +84,7 @@ def dead(engine: Engine) -> dict[str, int]:
     with engine.begin() as conn:
         return {
             "a": inbox_row(
-                conn, state=states.DEAD, group="g1", attempts=5, seq=1,
+                conn, state=states.FAILED, group="g1", attempts=5, seq=1,
                 last_error="RuntimeError: SMTP 550 mailbox unavailable\nTraceback ...",
                 payload={"to": "a@example.org"},
             ),
@@ -93,7 +93,7 @@ def dead(engine: Engine) -> dict[str, int]:
                 last_error="ValueError: bad", finished_at=RECENT,
             ),
             "sms": inbox_row(
-                conn, state=states.DEAD, consumer="c2", type_="sms", attempts=3, seq=3,
+                conn, state=states.FAILED, consumer="c2", type_="sms", attempts=3, seq=3,
                 last_error="timeout", finished_at=RECENT,
             ),
             "done": inbox_row(conn, state=states.DONE, seq=4),
@@ -104,7 +104,7 @@ def dead(engine: Engine) -> dict[str, int]:
 def test_failed_lists_dead_and_halted_rows_with_filters(dsn: str, dead: dict[str, int]) -> None:
     everything = out_json(inbox(dsn, "failed", "--json"))
     assert [r["id"] for r in everything] == [dead["a"], dead["halted"], dead["sms"]]
-    assert {r["state"] for r in everything} == {states.DEAD, states.HALTED}
+    assert {r["state"] for r in everything} == {states.FAILED, states.HALTED}
 
     def ids(*args: str, **env: str) -> list[int]:
         return [r["id"] for r in out_json(inbox(dsn, "failed", "--json", *args, **env))]
@@ -148,7 +148,7 @@ def test_retry_dry_run_then_by_id_with_audit(
     assert dry["ids"] == [dead["a"], dead["halted"], dead["sms"]] and dry["dry_run"]
     assert dry["released"] == [{"consumer": "c1", "group": "g2", "halted_by": dead["halted"]}]
     with engine.connect() as conn:
-        assert inbox_states(conn)[dead["a"]] == (states.DEAD, 5)
+        assert inbox_states(conn)[dead["a"]] == (states.FAILED, 5)
     assert audits(engine) == []
 
     # --id of a dead row and of a done row: the dead one is retried, the other named, exit 1
@@ -169,7 +169,7 @@ def test_retry_dry_run_then_by_id_with_audit(
     )  # fmt: skip
     assert audit["reason"] == "INC-7: mailbox fixed"
     (kept,) = audit["row_ids"]
-    assert (kept["id"], kept["state"], kept["attempts"]) == (dead["a"], states.DEAD, 5)
+    assert (kept["id"], kept["state"], kept["attempts"]) == (dead["a"], states.FAILED, 5)
     assert kept["last_error"].startswith("RuntimeError: SMTP 550")
 
     # Conditional: the row is no longer dead, a second retry changes nothing
@@ -183,9 +183,9 @@ def test_retry_dry_run_then_by_id_with_audit(
 
 def test_retry_all_with_filters_and_a_group_halted_by_another_row(dsn: str, engine: Engine) -> None:
     with engine.begin() as conn:
-        older = inbox_row(conn, state=states.DEAD, group="g", seq=1, last_error="x")
+        older = inbox_row(conn, state=states.FAILED, group="g", seq=1, last_error="x")
         holder = inbox_row(conn, state=states.HALTED, group="g", seq=2, last_error="y")
-        other_type = inbox_row(conn, state=states.DEAD, group="g", seq=3, type_="sms")
+        other_type = inbox_row(conn, state=states.FAILED, group="g", seq=3, type_="sms")
     out = out_json(
         inbox(dsn, "retry", "--id", str(older), "--reason", "r", "--json", "--by", "ann")
     )
@@ -276,7 +276,7 @@ def test_prune_deletes_only_old_done_rows_in_batches(dsn: str, engine: Engine) -
         kept = [
             inbox_row(conn, state=states.DONE, seq=10, finished_at=RECENT),
             *(inbox_row(conn, state=s, seq=11, group="g") for s in
-              (states.DEAD, states.HALTED, states.WAITING, states.READY, states.RETRY)),
+              (states.FAILED, states.HALTED, states.WAITING, states.READY, states.RETRY)),
             inbox_row(conn, state=states.PROCESSING, seq=12, lease_until=NOW),
         ]  # fmt: skip
 
@@ -469,7 +469,7 @@ def test_concurrent_retry_all_retries_each_row_once(engine: Engine, dsn: str, di
                     "event_id": uuid.uuid4(), "consumer": "c1", "queue": "jobs", "priority": 1,
                     "serial_group": f"g{i}" if i % 100 == 0 else None, "seq": i, "type": "job",
                     "payload": "{}", "headers": "{}", "attempts": 5, "last_error": "boom",
-                    "state": states.HALTED if i % 100 == 0 else states.DEAD,
+                    "state": states.HALTED if i % 100 == 0 else states.FAILED,
                     "available_at": OLD, "received_at": OLD, "finished_at": OLD,
                 }
                 for i in range(rows_)

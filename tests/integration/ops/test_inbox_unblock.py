@@ -42,7 +42,7 @@ def test_unblock_dry_run_then_for_real_with_audit(dsn: str, engine: Engine) -> N
     # Then b runs, a stays failed, and the audit says who, why, and what a was
     assert kit.drain() == ["a", "b"]
     states_now = {m: r.state for m, r in rows(engine).items()}
-    assert states_now == {"a": states.DEAD, "b": states.DONE}
+    assert states_now == {"a": states.FAILED, "b": states.DONE}
     (audit,) = audits(engine)
     assert (audit["action"], audit["target"], audit["actor"], audit["reason"]) == (
         "unblock", "inbox", "oncall-eve", "INC-9: skip the bad one",
@@ -81,7 +81,7 @@ def test_unblock_releases_only_the_named_group_of_the_named_consumer(
     answer = out_json(inbox(dsn, "unblock", "g", "--consumer", "c1", "--reason", "r", "--json"))
     assert (answer["halted_by"], answer["released"], answer["dry_run"]) == (target, True, False)
     assert inbox_states_of(engine, target, other_group, other_consumer) == [
-        states.DEAD, states.HALTED, states.HALTED,
+        states.FAILED, states.HALTED, states.HALTED,
     ]  # fmt: skip
     again = inbox(dsn, "unblock", "g", "--consumer", "c1", "--reason", "r", "--json")
     assert again.exit_code == 1

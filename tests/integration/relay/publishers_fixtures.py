@@ -24,8 +24,8 @@ import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from outbox.transport import Outgoing, Publisher
 from outbox.wire import Envelope
-from relay.publisher import Outgoing, Publisher
 from tests.support import services
 from tests.support.kafka import KafkaBroker, free_port
 

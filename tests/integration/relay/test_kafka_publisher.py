@@ -134,7 +134,7 @@ def test_broker_killed_mid_stream_then_back(tmp_path: Path) -> None:
         queue = unique("kill-")
         assert set(publisher.publish(outgoing([envelope(queue)])).values()) == {None}
         broker.kill()
-        from relay.publisher import BrokerUnavailable
+        from outbox.transport import BrokerUnavailable
 
         with pytest.raises(BrokerUnavailable):
             publisher.publish(outgoing([envelope(queue) for _ in range(20)]))

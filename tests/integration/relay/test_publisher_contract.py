@@ -1,4 +1,4 @@
-"""The contract every publisher passes (relay/publisher.py), against the real brokers.
+"""The contract every publisher passes (outbox/transport.py), against the real brokers.
 
 Parametrised over ``publishers_fixtures.CASES``: RabbitMQ (the service) and Kafka (tansu).
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from outbox.transport import BrokerUnavailable
 from outbox.wire import from_wire, routing_name
-from relay.publisher import BrokerUnavailable
 from tests.integration.relay.publishers_fixtures import (
     CASES,
     BrokerCase,

@@ -12,7 +12,7 @@ from outbox import states
 from outbox.backoff import Backoff
 from outbox.schema import outbox_table
 from outbox.store import Message
-from relay.publisher import Outgoing
+from outbox.transport import Outgoing
 from relay.publishers.rabbitmq import RabbitMQPublisher
 from relay.relay import Relay, RelaySettings
 from tests.integration.relay.helpers import (
@@ -129,6 +129,9 @@ class RefuseOnce:
 
     def close(self) -> None:
         self.inner.close()
+
+    def idle(self) -> None:
+        self.inner.idle()
 
     def publish(self, batch: Sequence[Outgoing]) -> Mapping[int, str | None]:
         refused = {o.row_id for o in batch if o.row_id in self.refuse}

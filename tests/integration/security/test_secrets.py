@@ -98,7 +98,7 @@ def _outbox_sent(engine: Engine) -> bool:
 
 def _inbox_finished(engine: Engine, consumer: str) -> bool:
     rows = inbox_rows(engine, consumer)
-    return len(rows) == 4 and {r.state for r in rows} == {states.DONE, states.DEAD}
+    return len(rows) == 4 and {r.state for r in rows} == {states.DONE, states.FAILED}
 
 
 def test_relay_worker_and_cli_never_print_a_password(engine: Engine, dsn: str) -> None:

@@ -12,9 +12,8 @@ import pika
 import pytest
 from confluent_kafka import Producer
 
-from inbox.source import Ingest, Rejected, Source
+from outbox.transport import Ingest, Publisher, Rejected, Source
 from outbox.wire import Envelope, routing_name
-from relay.publisher import Publisher
 from relay.publishers.kafka import KafkaPublisher
 from tests.integration.relay.publishers_fixtures import outgoing, unique
 from tests.support import services

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inbox.source import Rejected
+from outbox.transport import Rejected
 from outbox.wire import Envelope
 from tests.integration.relay.publishers_fixtures import envelope, unique
 from tests.integration.sources.sources_fixtures import (

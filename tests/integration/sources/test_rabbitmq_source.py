@@ -10,7 +10,7 @@ import pika
 import pytest
 
 from inbox.sources.rabbitmq import RabbitMQSource
-from relay.publisher import BrokerUnavailable
+from outbox.transport import BrokerUnavailable
 from relay.publishers.rabbitmq import RabbitMQPublisher
 from tests.integration.relay.publishers_fixtures import TcpProxy, envelope, outgoing, unique
 from tests.integration.sources.sources_fixtures import RecordingIngest, drain, nothing_more

@@ -18,7 +18,7 @@ STATES = [
     states.PROCESSING,
     states.HALTED,
     states.DONE,
-    states.DEAD,
+    states.FAILED,
 ]
 
 

@@ -55,7 +55,7 @@ def test_predecessor_by_priority_then_seq() -> None:
 def test_finished_rows_block_nothing_and_halted_blocks_everything() -> None:
     row = Row(5, 1, 5, states.READY)
     assert (
-        blocker(row, [Row(1, 1, 1, states.DONE), Row(2, 1, 2, states.DEAD)], NOW, "block") is None
+        blocker(row, [Row(1, 1, 1, states.DONE), Row(2, 1, 2, states.FAILED)], NOW, "block") is None
     )
     halted = Row(9, 3, 9, states.HALTED)
     assert blocker(row, [halted], NOW, "block") == halted
@@ -97,13 +97,13 @@ def test_after_failure_retries_then_dies() -> None:
     first = after_failure(1, permanent=False, max_attempts=3, on_dead="continue", backoff=backoff)
     assert first.state == states.RETRY and timedelta(0) <= first.delay <= timedelta(seconds=1)
     last = after_failure(3, permanent=False, max_attempts=3, on_dead="continue", backoff=backoff)
-    assert last.state == states.DEAD
+    assert last.state == states.FAILED
     halted = after_failure(3, permanent=False, max_attempts=3, on_dead="halt", backoff=backoff)
     assert halted.state == states.HALTED
     permanent = after_failure(
         1, permanent=True, max_attempts=3, on_dead="continue", backoff=backoff
     )
-    assert permanent.state == states.DEAD
+    assert permanent.state == states.FAILED
 
 
 def test_backoff_delays_stay_under_the_ceiling() -> None:

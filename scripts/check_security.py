@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Security lint (SPEC 6): no pickle, no eval, no import of a name taken from message data.
+"""Security lint: no pickle, no eval, no import of a name taken from message data.
 
 AST-based, so comments, strings and docstrings never trip it and aliases do not hide a use.
 Flags, in every ``.py`` file under the given paths (default: the product packages, scripts

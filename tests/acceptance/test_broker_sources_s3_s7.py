@@ -1,4 +1,4 @@
-"""S3-S7 (SPEC 4) through the relay and a real broker (RabbitMQ, Kafka) on PostgreSQL.
+"""S3-S7 (docs/architecture.md) through the relay and a real broker (RabbitMQ, Kafka) on PostgreSQL.
 
 The database-source versions are in test_s1_s4_ordering.py and test_s5_s7_delivery.py; these
 run the same scenarios, with the same assertions on what the handlers recorded, in the

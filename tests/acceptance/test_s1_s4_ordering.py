@@ -1,4 +1,4 @@
-"""S1-S4 (SPEC 4) with the database source and worker OS processes, on every database.
+"""S1-S4 (docs/architecture.md) with the database source and worker OS processes, on every database.
 
 Handlers record start/end events in the database; exclusion is asserted from the recorded
 event sequence and intervals, order from the recorded starts.

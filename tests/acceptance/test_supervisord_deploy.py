@@ -40,7 +40,7 @@ DEPLOY = ROOT / "deploy"
 BIN = Path(sys.executable).parent
 TARGET = "tests.support.handlers:consumer"
 RELAYS, WORKERS = ("relay_0", "relay_1"), ("worker_0", "worker_1")
-# SPEC 2's names, by the process that serves them
+# The public metric names, by the process that serves them
 RELAY_NAMES = {
     "outbox_pending_count", "outbox_pending_seconds", "outbox_failed_count",
     "outbox_published_total", "outbox_publish_errors_total", "outbox_relay_batch_seconds",

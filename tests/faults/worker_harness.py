@@ -1,4 +1,4 @@
-"""Worker and connection fault scenarios (issue #6 item 1): the pipeline, the kills, the checks.
+"""Worker and connection fault scenarios: the pipeline, the kills, the checks.
 
 Pipeline: rows stored up front -> ``outbox relay`` processes -> RabbitMQ or Kafka -> several
 ``outbox worker tests.support.handlers:consumer`` processes (or the workers take the rows from

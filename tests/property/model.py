@@ -1,4 +1,4 @@
-"""A reference model of one consumer's inbox (SPEC G3-G9), in pure Python, no database.
+"""A reference model of one consumer's inbox (guarantees G3-G9, docs/architecture.md), in pure Python, no database.
 
 It holds the stored outbox messages (pending or taken), the inbox rows (state, attempts,
 duplicates, claim, lease, retry time) and the effects committed per event. Each operation
@@ -6,7 +6,7 @@ mirrors one product operation -- ``claim_next``, ``try_claim``, running a claim,
 pass, ``unblock`` -- and says exactly what the database must hold afterwards, so a test can
 compare the two after every step.
 
-Two things are stated apart from that mechanics, as the SPEC and seed 000 state them:
+Two things are stated apart from that mechanics, as the guarantees state them:
 ``start_violations`` (G4 exclusion, G5 order, G8 halt: what a start must never break) and
 ``startable`` (what may start now: if anything may, a claimer must find something -- G6).
 Every start the model makes is checked against the first as it happens (``broken``).

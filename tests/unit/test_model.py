@@ -1,4 +1,4 @@
-"""The reference model of tests/property on its own: the SPEC scenarios it must reproduce,
+"""The reference model of tests/property on its own: the scenarios S1-S8 (docs/architecture.md) it must reproduce,
 and a model-only state machine (no database, so many examples) checking that its mechanics
 never start a message the rules forbid and never leave a startable message behind."""
 

@@ -1,10 +1,10 @@
-"""SPEC 5 (bad input) on the producer, relay and consumer sides: which test covers each case.
+"""Bad input (docs/architecture.md, "Bad input") on the producer, relay and consumer sides: which test covers each case.
 
 Producer side (existing: tests/integration/outbox/test_bad_input.py, every database; "BAD"
 are the ids of ``test_bad_input_is_refused_with_the_field_named``):
 
 =====================================  =========================================================
-SPEC 5 case                            test
+bad input case                         test
 =====================================  =========================================================
 non-JSON-serialisable payload          outbox/test_bad_input.py BAD "object payload",
                                        "bytes payload", "naive datetime"

@@ -1,4 +1,4 @@
-"""SPEC 5 on the operator's side: a bad option of ``outbox relay`` / ``outbox worker`` is a
+"""Bad input on the operator's side: a bad option of ``outbox relay`` / ``outbox worker`` is a
 clean error naming the option (``error: <option>: ...``, exit status 1 or click's 2), never
 a traceback, and never a password (the DSN here carries one)."""
 

@@ -1,4 +1,4 @@
-"""SPEC 5, consumer side, through a real ``outbox worker --source <broker>`` OS process on
+"""Bad input, consumer side, through a real ``outbox worker --source <broker>`` OS process on
 PostgreSQL, for RabbitMQ and Kafka.
 
 Malformed broker messages (missing/invalid headers, bad JSON, NaN, non-UTF-8 body, unknown

@@ -1,4 +1,4 @@
-"""SPEC 5, relay side: rows the broker refuses (too large, a destination it will not take)
+"""Bad input, relay side: rows the broker refuses (too large, a destination it will not take)
 are row failures with the reason, after attempts and backoff, and never hold up other rows;
 a read-only database loses nothing. PostgreSQL (the relay's code is the same elsewhere)."""
 

@@ -1,4 +1,4 @@
-"""SPEC 5, producer side: each bad input gets a clear error naming the field, nothing is
+"""Bad input, producer side: each bad input gets a clear error naming the field, nothing is
 written, and the caller's transaction stays usable (on every database)."""
 
 from __future__ import annotations

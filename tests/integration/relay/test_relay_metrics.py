@@ -1,5 +1,5 @@
 """``outbox relay --metrics-port``: a real relay process serves its counters, histograms and the
-outbox gauges of the database (SPEC 2 names)."""
+outbox gauges of the database (the public metric names of docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_relay_serves_spec_metrics(
             if _sum(text, f'outbox_published_total{{priority="1",queue="{queue}"}}') == 5:
                 break
             time.sleep(0.1)
-        # Then the SPEC names are there with queue/priority labels
+        # Then the public names are there with queue/priority labels
         assert _sum(text, f'outbox_published_total{{priority="1",queue="{queue}"}}') == 5, text
         assert _sum(text, f'outbox_delivery_lag_seconds_count{{priority="1",queue="{queue}"}}') == 5
         assert _sum(text, "outbox_relay_batch_seconds_count") >= 1

@@ -1,4 +1,4 @@
-"""Names are data, never SQL or routing syntax (SPEC 5: "Queue, group and type names are
+"""Names are data, never SQL or routing syntax (bad input: "Queue, group and type names are
 parameters, never SQL text").
 
 - Group, type and consumer names with quotes, semicolons, ``%`` / ``%s`` / ``%(x)s``

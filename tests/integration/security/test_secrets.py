@@ -1,4 +1,4 @@
-"""No DSN or broker password in logs, CLI output or metrics (SPEC: "passwords masked").
+"""No DSN or broker password in logs, CLI output or metrics (passwords are masked everywhere).
 
 PostgreSQL trusts local connections whatever the password, so the database DSN carries a
 distinctive one; RabbitMQ needs guest/guest, so for the broker the check is that

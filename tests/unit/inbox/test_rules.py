@@ -37,7 +37,7 @@ def test_mysql_lock_name_fits_64_characters_for_the_longest_group() -> None:
 
 
 def test_processing_clause_blocks_an_urgent_newcomer() -> None:
-    # seed 000, point 2: A (priority 2) processing, B (priority 1) newer
+    # the PROCESSING clause: A (priority 2) processing, B (priority 1) newer
     a = Row(1, 2, 1, states.PROCESSING)
     b = Row(2, 1, 2, states.READY)
     assert blocker(b, [a, b], NOW, "block") == a

@@ -1,6 +1,7 @@
-"""Seed 000's Tests 1-7, ported: on PostgreSQL, MariaDB and SQLite (the ``engine`` fixture).
+"""The seven ordering cases of priority + serial group (docs/ordering.md explains the rules), on PostgreSQL,
+MariaDB and SQLite (the ``engine`` fixture).
 
-Each test names the seed test it stands for. In-process and deterministic; the concurrent
+Each test is named after the case it stands for. In-process and deterministic; the concurrent
 versions run as worker processes in tests/acceptance.
 """
 
@@ -183,7 +184,7 @@ def test_5_conditional_claim_loses_to_a_row_changed_underneath(engine: Engine) -
 
 
 def test_6_job_queue_late_delivery_cannot_reorder_the_group(engine: Engine) -> None:
-    # Seed test 6 (broker mode): the broker delivers c2's priority queue before a1's.
+    # Case 6 (broker mode): the broker delivers c2's priority queue before a1's.
     # Given S1 committed in the outbox, and only c2 received so far
     kit = make_kit(engine)
     store_jobs(engine, S1)

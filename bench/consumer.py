@@ -1,4 +1,4 @@
-"""The consumer side's benchmark (issue 4, item 8): one run, one table, ratios against goals.
+"""The consumer side's benchmark: one run, one table, ratios against goals.
 
     .venv/bin/pip install -e '.[bench]'        # procrastinate, pgqueuer (else their cells: n/a)
     .venv/bin/python -m bench.consumer                              # every part, full sizes

@@ -11,7 +11,7 @@ idempotence (Kafka) on every line:
     broker; rate = rows / (last sent_at - first sent_at), so process start-up is not counted;
 (c) commit -> broker-confirm latency (sent_at - the producer's commit time) at a steady
     500 messages/s, relay polling every 1 s, with LISTEN/NOTIFY and with polling only.
-Goals (issue 3): one relay >= 0.7x the raw rate of its broker; with NOTIFY p50 <= 0.1 x poll.
+Goals: one relay >= 0.7x the raw rate of its broker; with NOTIFY p50 <= 0.1 x poll.
 """
 
 from __future__ import annotations

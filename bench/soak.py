@@ -1,4 +1,4 @@
-"""Soak (issue 6, item 5; not in CI): a steady load with relay and worker kills and one broker
+"""Soak (not in CI): a steady load with relay and worker kills and one broker
 restart, then totals read back from the database.
 
     .venv/bin/python bench/soak.py --duration 2m                      # PostgreSQL + RabbitMQ

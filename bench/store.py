@@ -6,7 +6,7 @@
 (b) 100 messages in one transaction: ``store_many()`` once vs ``store()`` 100 times.
 Variants run interleaved, round by round, on the same database, and the table shows the
 median of the rounds: the machine is shared and noisy, ratios hold where absolute times drift.
-Goals (issue "Foundation"): with/without <= 1.25; store_many >= 5x fewer seconds per message.
+Goals: with/without <= 1.25; store_many >= 5x fewer seconds per message.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ SOURCE_FAILED = "source failed"  # inbox/worker.py, the broker source raised
 
 
 def scaled(total: int) -> int:
-    """``total`` times ``OUTBOX_FAULTS_SCALE`` (default 1: the issue's figures), in hundreds:
+    """``total`` times ``OUTBOX_FAULTS_SCALE`` (default 1: the figures README quotes), in hundreds:
     a knob for a quick local run or a slow machine, never below 400 messages."""
     factor = float(os.environ.get("OUTBOX_FAULTS_SCALE", "1"))
     return max(400, round(total * factor / 100) * 100)

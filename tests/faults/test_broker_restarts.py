@@ -1,4 +1,4 @@
-"""Issue #6 item 1: the broker goes away mid-stream, end to end (relays and workers as OS
+"""G2/G3 under faults: the broker goes away mid-stream, end to end (relays and workers as OS
 processes, the handler writing effects and recording its runs).
 
 - RabbitMQ: its port is cut twice (a proxy we own drops every connection and stops

@@ -1,4 +1,4 @@
-"""Issue #6 item 1: the broker stalls its confirms for longer than the relay's confirm
+"""G2 under faults: the broker stalls its confirms for longer than the relay's confirm
 timeout, then resumes, end to end (relays and workers as OS processes).
 
 - RabbitMQ: the relays publish through a proxy that stops forwarding RabbitMQ's bytes to them

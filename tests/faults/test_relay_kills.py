@@ -1,4 +1,4 @@
-"""Issue #6 item 1 / S8 end to end: three relay processes publish while one of them, chosen at
+"""S8 end to end: three relay processes publish while one of them, chosen at
 random, is SIGKILLed 20 times at random instants and restarted; three worker processes take
 the messages from the broker and run the handler. Asserted from the database: every stored
 event done once with one effect, no two runs of a group at once; the broker holds nothing

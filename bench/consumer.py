@@ -11,9 +11,9 @@ Progress lines go to stderr as each measurement starts and ends; the table to st
 says so) gets no N=1 run and the cell reads n/a.
 
 (a) head of group: the worker's head pass (full, and over the groups marked in
-    ``inbox_groups``: all 1,000, or 10) vs variant B (bench/consumer_heads.py) on PostgreSQL and MariaDB,
-    20,000 unfinished rows in 1,000 groups, then with ``--history`` (1,000,000) done rows
-    added. Goals: ours >= 10x faster than B; with history <= 1.2x the time without.
+    ``inbox_groups``: all 1,000, or 10) vs variant B (bench/consumer_heads.py) on PostgreSQL
+    and MariaDB, 20,000 unfinished rows in 1,000 groups, then with ``--history`` (1,000,000)
+    done rows added. Goals: ours >= 10x faster than B; with history <= 1.2x the time without.
 (b) no-op jobs/s, ``--messages`` (20,000) stored up front, 2 worker processes, database
     source on PostgreSQL, without groups and with 1,000 groups x 20 mixed priorities: ours at
     N=1 and at the default N; procrastinate (2 processes, ``--concurrency 1``, its ``lock``

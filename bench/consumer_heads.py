@@ -1,7 +1,8 @@
 """Part a of ``bench/consumer.py``: the head of each serial group.
 
 The worker's head-of-group pass against variant B (the derived-table head query this project
-started from, ported to the inbox table: ``VARIANT_B`` below) on PostgreSQL and MariaDB: 20,000 unfinished rows in 1,000 groups, then with
+started from, ported to the inbox table: ``VARIANT_B`` below) on PostgreSQL and MariaDB:
+20,000 unfinished rows in 1,000 groups, then with
 ``--history`` (default 1,000,000) done rows added. Ours is timed three ways: the full pass
 (``inbox.queries.waiting_heads`` over every group: at worker start, every 300 s, before an
 idle stop), and the marked pass (``Claimer.head_pass`` itself, without the promotion: the
@@ -82,8 +83,9 @@ SELECT REPLACE(UUID(), '-', ''), :consumer, 'bench', 1 + (seq * 7) % 9,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
 FROM seq_1_to_{n}
 """
-# Variant B, the derived-table head query this project started from, ported: queue LIKE -> consumer, its job states -> the states that keep
-# a place in the group order (on_retry="block"). The oldest row at the group's best priority.
+# Variant B, the derived-table head query this project started from, ported: queue LIKE ->
+# consumer, its job states -> the states that keep a place in the group order
+# (on_retry="block"). The oldest row at the group's best priority.
 VARIANT_B = """
 SELECT MIN(t.id) AS id
 FROM inbox t

@@ -80,7 +80,8 @@ QUERIES: list[tuple[str, str, Callable[[], Any]]] = [
     ),
     (
         "Worker: full head-of-group pass (waiting groups whose head may run)",
-        "The derived table of variant B (bench/consumer_heads.py): grouped over the consumer's rows in line (ix_inbox_claim "
+        "The derived table of variant B (bench/consumer_heads.py): grouped over the "
+        "consumer's rows in line (ix_inbox_claim "
         "on consumer, state), so its cost follows the unfinished rows, not history. At "
         "start, every 300 s and before an idle stop.",
         lambda: inbox_q.waiting_heads(S.inbox, "consumer1", NOW, False),

@@ -1,4 +1,5 @@
-"""S5-S7 (docs/architecture.md): duplicate delivery, retry policies in a group, a worker killed mid-handler.
+"""S5-S7 (docs/architecture.md): duplicate delivery, retry policies in a group, a worker
+killed mid-handler.
 Worker OS processes on every database; assertions on what the database recorded."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A reference model of one consumer's inbox (guarantees G3-G9, docs/architecture.md), in pure Python, no database.
+"""A reference model of one consumer's inbox (guarantees G3-G9, docs/architecture.md), in
+pure Python, no database.
 
 It holds the stored outbox messages (pending or taken), the inbox rows (state, attempts,
 duplicates, claim, lease, retry time) and the effects committed per event. Each operation

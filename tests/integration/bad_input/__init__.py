@@ -1,4 +1,5 @@
-"""Bad input (docs/architecture.md, "Bad input") on the producer, relay and consumer sides: which test covers each case.
+"""Bad input (docs/architecture.md, "Bad input") on the producer, relay and consumer sides:
+which test covers each case.
 
 Producer side (existing: tests/integration/outbox/test_bad_input.py, every database; "BAD"
 are the ids of ``test_bad_input_is_refused_with_the_field_named``):

@@ -1,5 +1,5 @@
-"""The seven ordering cases of priority + serial group (docs/ordering.md explains the rules), on PostgreSQL,
-MariaDB and SQLite (the ``engine`` fixture).
+"""The seven ordering cases of priority + serial group (docs/ordering.md explains the rules),
+on PostgreSQL, MariaDB and SQLite (the ``engine`` fixture).
 
 Each test is named after the case it stands for. In-process and deterministic; the concurrent
 versions run as worker processes in tests/acceptance.

@@ -1,4 +1,5 @@
-"""Every producer statement compiles on every dialect (the SQL lives in the queries modules; this keeps it compiling)."""
+"""Every producer statement compiles on every dialect (the SQL lives in the queries modules;
+this keeps it compiling)."""
 
 from datetime import UTC, datetime
 from uuid import uuid4

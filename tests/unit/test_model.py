@@ -1,6 +1,7 @@
 """The reference model of tests/property on its own: the scenarios S1-S8 (docs/architecture.md)
 it must reproduce, and a model-only state machine (no database, so many examples) checking
-that its mechanics never start a message the rules forbid and never leave a startable message behind."""
+that its mechanics never start a message the rules forbid and never leave a startable message
+behind."""
 
 from __future__ import annotations
 

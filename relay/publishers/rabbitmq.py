@@ -120,6 +120,7 @@ class RabbitMQPublisher:
 
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
+        self._async = None
         broker.close(connection, self.url)
 
     def idle(self) -> None:
@@ -289,6 +290,7 @@ class RabbitMQPublisher:
 
     def _abandon(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
+        self._async = None
         if connection is not None:
             broker.abandon(connection, self.url)
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Engine
 
-from outbox.errors import ConfigError
+from outbox.brokers.urls import broker_of, kafka_bootstrap
 from outbox.transport import Source
 
 
@@ -27,19 +27,13 @@ def source_from_url(
         from inbox.sources.database import DatabaseSource
 
         return DatabaseSource(engine, queues)
-    from relay.publishers import check_broker_url
-
-    check_broker_url("source", url)
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in ("amqp", "amqps"):
+    source: Source
+    if broker_of("source", url) == "rabbitmq":
         from inbox.sources.rabbitmq import RabbitMQSource
 
-        source: Source = RabbitMQSource(url, list(queues), list(priorities), prefetch=prefetch)
-        return source
-    if scheme == "kafka":
+        source = RabbitMQSource(url, list(queues), list(priorities), prefetch=prefetch)
+    else:
         from inbox.sources.kafka import KafkaSource
 
-        bootstrap = url.split("://", 1)[1].strip("/")
-        source = KafkaSource(bootstrap, consumer_name, list(queues), list(priorities))
-        return source
-    raise ConfigError(f"source: {scheme or url!r} is not a broker URL (amqp://... or kafka://...)")
+        source = KafkaSource(kafka_bootstrap(url), consumer_name, list(queues), list(priorities))
+    return source

@@ -37,9 +37,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient
 
 from inbox.sources.thread_safe import ThreadSafeSource
+from outbox.brokers.kafka import PARTITIONS, client_config, ensure_topics, reason
 from outbox.transport import Ingest, Rejected
 from outbox.wire import Envelope, MalformedMessageError, from_wire, routing_name
-from relay.publishers.kafka import client_config, ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -67,26 +67,21 @@ class KafkaSource(ThreadSafeSource):
         priorities: Sequence[int],
         *,
         config: dict[str, Any] | None = None,
-        partitions: int = 3,
+        partitions: int = PARTITIONS,
     ) -> None:
-        if not queues:
-            raise ValueError("queues: at least one queue is needed")
-        if not priorities:
-            raise ValueError("priorities: at least one priority is needed")
+        super().__init__(queues, priorities)
         if not group_id:
             raise ValueError("group_id: empty")
         self.bootstrap = bootstrap
         self.group_id = group_id
         self.partitions = partitions
         self.config = dict(config or {})
-        self.priorities = sorted(set(priorities))
         self._priority_of = {routing_name(q, p): p for p in self.priorities for q in queues}
         self._consumer: Consumer | None = None
         self._assigned: set[_TP] = set()
         self._paused: set[_TP] = set()
         self._next: dict[_TP, int] = {}  # next offset run_once will hand over, when known
         self._starting_until = 0.0  # monotonic time until which run_once waits for a join
-        super().__init__()
 
     def __repr__(self) -> str:
         return f"KafkaSource({self.bootstrap!r}, group={self.group_id!r})"
@@ -159,7 +154,7 @@ class KafkaSource(ThreadSafeSource):
             elif error.code() == KafkaError._PARTITION_EOF:
                 self._next[tp] = event.offset() or 0
             else:
-                log.warning("Kafka consumer: %s", _reason(error))
+                log.warning("Kafka consumer: %s", reason(error))
         return messages
 
     def _drained(self, consumer: Consumer, tp: _TP) -> bool:
@@ -293,7 +288,3 @@ def _parse(message: Message) -> Envelope | Rejected:
             body=message.value() or b"",
             origin=f"kafka:{message.topic()}[{message.partition()}]@{message.offset()}",
         )
-
-
-def _reason(error: KafkaError) -> str:
-    return f"{error.name()}: {error.str()}"

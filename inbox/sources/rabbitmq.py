@@ -12,9 +12,10 @@
   handed to ingest as ``Rejected`` (stored ``failed`` with the reason) and then acked: kept,
   never requeued in a loop.
 - Queues are declared durable with the same ``queue_arguments`` as the relay's publisher
-  (``relay.publishers.rabbitmq``); without arguments of its own, the source consumes a queue
-  the relay declared with arguments as it is. With ``fanout_group`` the source declares its
-  own durable queue ``<queue>_<priority>.<group>`` bound to the publisher's fan-out exchange.
+  (both through ``outbox.brokers.rabbitmq``); without arguments of its own, the source
+  consumes a queue the relay declared with arguments as it is. With ``fanout_group`` the
+  source declares its own durable queue ``<queue>_<priority>.<group>`` bound to the
+  publisher's fan-out exchange.
 
 ``close()`` may be called from another thread while ``run_once`` runs (the worker does): the
 pika connection is not thread-safe, so the close is then done by ``run_once`` as it returns.
@@ -34,6 +35,8 @@ import pika
 import pika.exceptions
 
 from inbox.sources.thread_safe import ThreadSafeSource
+from outbox.brokers import rabbitmq as broker
+from outbox.brokers.rabbitmq import ERRORS, describe
 from outbox.dsn import mask
 from outbox.transport import BrokerUnavailable, Ingest, Rejected
 from outbox.wire import Envelope, MalformedMessageError, from_wire, routing_name
@@ -61,14 +64,10 @@ class RabbitMQSource(ThreadSafeSource):
         fanout_group: str | None = None,
         connection_attempts: int = 1,
     ) -> None:
-        if not queues:
-            raise ValueError("queues: at least one queue is needed")
-        if not priorities:
-            raise ValueError("priorities: at least one priority is needed")
+        super().__init__(queues, priorities)
         if prefetch < 1:
             raise ValueError(f"prefetch: must be at least 1, not {prefetch}")
         self.url = url
-        self.priorities = sorted(set(priorities))
         self.prefetch = prefetch
         self.queue_arguments = dict(queue_arguments or {})
         self.fanout_group = fanout_group
@@ -80,13 +79,14 @@ class RabbitMQSource(ThreadSafeSource):
         self._buffers: dict[int, deque[_Delivery]] = {p: deque() for p in self.priorities}
         self._connection: pika.BlockingConnection | None = None
         self._channel: Any = None
-        super().__init__()
 
     def __repr__(self) -> str:
         return f"RabbitMQSource({mask(self.url)!r}, {[q for _, q in self._queues]})"
 
     def _queue_name(self, destination: str) -> str:
-        return f"{destination}.{self.fanout_group}" if self.fanout_group else destination
+        return (
+            broker.group_queue(destination, self.fanout_group) if self.fanout_group else destination
+        )
 
     # -- Source -------------------------------------------------------------------------------
 
@@ -105,7 +105,7 @@ class RabbitMQSource(ThreadSafeSource):
                 # deliveries pushed before the answers are dispatched by now (frame order)
                 self._connection.process_data_events(0)
                 return not ready and not any(self._buffers.values())
-            except (pika.exceptions.AMQPError, OSError):
+            except ERRORS:
                 self._drop()
                 return False
 
@@ -123,9 +123,9 @@ class RabbitMQSource(ThreadSafeSource):
                 return 0
             buffer = self._buffers[priority]
             taken = [buffer.popleft() for _ in range(min(max_messages, len(buffer)))]
-        except (pika.exceptions.AMQPError, OSError) as exc:
+        except ERRORS as exc:
             self._drop()
-            raise BrokerUnavailable(f"RabbitMQ {mask(self.url)}: {_describe(exc)}") from exc
+            raise BrokerUnavailable(f"RabbitMQ {mask(self.url)}: {describe(exc)}") from exc
 
         messages = [_parse(d) for d in taken]
         try:
@@ -183,18 +183,16 @@ class RabbitMQSource(ThreadSafeSource):
                     self._channel.basic_ack(delivery.tag)
                 else:
                     self._channel.basic_nack(delivery.tag, requeue=True)
-        except (pika.exceptions.AMQPError, OSError) as exc:
+        except ERRORS as exc:
             # The broker requeues what was not acked when the connection dies: those
             # messages come back and the inbox counts them as duplicates.
             self._drop()
             raise BrokerUnavailable(
-                f"RabbitMQ {mask(self.url)}: {'ack' if ack else 'nack'} failed: {_describe(exc)}"
+                f"RabbitMQ {mask(self.url)}: {'ack' if ack else 'nack'} failed: {describe(exc)}"
             ) from exc
 
     def _connect(self) -> None:
-        params = pika.URLParameters(self.url)
-        params.connection_attempts = self.connection_attempts
-        self._connection = pika.BlockingConnection(params)
+        self._connection = broker.connect(self.url, connection_attempts=self.connection_attempts)
         channel = self._connection.channel()
         for _, name in self._queues:
             channel = self._declare(channel, name)
@@ -214,12 +212,10 @@ class RabbitMQSource(ThreadSafeSource):
         declaration (406, which closes the channel), so we check it exists on a new channel.
         With explicit ``queue_arguments`` the mismatch is an error.
         """
-        arguments = self.queue_arguments or None
         if self.fanout_group:
-            exchange = name.rsplit(".", 1)[0]
-            channel.exchange_declare(exchange, exchange_type="fanout", durable=True)
+            broker.declare_exchange(channel, broker.exchange_of(name))
         try:
-            channel.queue_declare(name, durable=True, arguments=arguments)
+            broker.declare_queue(channel, name, self.queue_arguments)
         except pika.exceptions.ChannelClosedByBroker as exc:
             if exc.reply_code != 406 or self.queue_arguments:
                 raise
@@ -228,7 +224,7 @@ class RabbitMQSource(ThreadSafeSource):
             channel.queue_declare(name, passive=True)
             log.info("queue %s exists with its own arguments; consuming it as it is", name)
         if self.fanout_group:
-            channel.queue_bind(name, name.rsplit(".", 1)[0])
+            channel.queue_bind(name, broker.exchange_of(name))
         return channel
 
     def _on_message(
@@ -247,11 +243,7 @@ class RabbitMQSource(ThreadSafeSource):
         connection, self._connection, self._channel = self._connection, None, None
         for buffer in self._buffers.values():
             buffer.clear()
-        if connection is not None and connection.is_open:
-            try:
-                connection.close()
-            except Exception as exc:  # already dead: nothing to release
-                log.debug("closing RabbitMQ connection: %s", exc)
+        broker.close(connection, self.url)
 
     def _shutdown(self) -> None:
         self._drop()
@@ -274,7 +266,3 @@ def _lenient_text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
-
-
-def _describe(exc: BaseException) -> str:
-    return mask(f"{type(exc).__name__}: {exc}")

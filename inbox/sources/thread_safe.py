@@ -1,8 +1,10 @@
-"""``run_once``/``close`` made safe for broker sources whose client is not thread-safe."""
+"""The base of the broker sources: their subscription checked, ``run_once``/``close`` made
+safe for a client that is not thread-safe."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from outbox.transport import Ingest
 
@@ -12,10 +14,16 @@ class ThreadSafeSource:
 
     ``run_once`` runs in the worker's source thread; ``close`` may come from another thread
     (SIGTERM): it shuts the client down at once if idle, else ``run_once`` does as it returns.
-    Subclasses implement ``_run_once`` and ``_shutdown``.
+    Subclasses implement ``_run_once`` and ``_shutdown``. ``priorities`` is the subscription's
+    priorities, most urgent (lowest) first.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, queues: Sequence[str], priorities: Sequence[int]) -> None:
+        if not queues:
+            raise ValueError("queues: at least one queue is needed")
+        if not priorities:
+            raise ValueError("priorities: at least one priority is needed")
+        self.priorities = sorted(set(priorities))
         self._lock = threading.Lock()
         self._closing = False
 

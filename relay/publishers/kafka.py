@@ -4,7 +4,7 @@ One ``produce()`` per message (key = ``envelope.key``, headers = ``wire_headers(
 ``wire_body()``) into topic ``<queue>_<priority>``, created on first use; then the producer is
 flushed until its queue is empty. Only failed messages get a delivery report
 (``delivery.report.only.error``): a message without one once the queue is empty was
-acknowledged (``acks=all``). Mapping of outcomes (relay/publisher.py contract):
+acknowledged (``acks=all``). Mapping of outcomes (the Publisher contract of outbox.transport):
 
 - delivered                                   -> confirmed
 - refused by the client or the broker for this message (too large, invalid record, policy)
@@ -27,18 +27,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
+from outbox.brokers.kafka import PARTITIONS, client_config, ensure_topics, reason, text
 from outbox.transport import BrokerUnavailable, Outgoing
 
 log = logging.getLogger(__name__)
-_client_log = logging.getLogger(__name__ + ".librdkafka")
 
 # Broker or client verdicts about one message: retrying the same bytes cannot succeed.
 _REFUSALS = frozenset(
@@ -72,44 +71,6 @@ _BATCH_WIDE = frozenset({KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG})
 _ROUNDS = 4  # new producers in a row that decide nothing before the outcome is "unknown"
 
 
-def client_config(bootstrap: str, config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Common librdkafka settings: bootstrap, logs into Python logging (never to stderr)."""
-    merged: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _client_log}
-    merged.update(config or {})
-    return merged
-
-
-def ensure_topics(
-    admin: AdminClient, names: Iterable[str], partitions: int, timeout: float
-) -> None:
-    """Create the topics that do not exist yet (an existing topic is left as it is)."""
-    wanted = sorted(set(names))
-    if not wanted:
-        return
-    try:
-        existing = set(admin.list_topics(timeout=timeout).topics)
-    except KafkaException as exc:
-        raise BrokerUnavailable(f"cannot list topics: {_text(exc)}") from exc
-    missing = [name for name in wanted if name not in existing]
-    if not missing:
-        return
-    futures = admin.create_topics(
-        [NewTopic(name, partitions, replication_factor=-1) for name in missing],
-        operation_timeout=timeout,
-        request_timeout=timeout,
-    )
-    for name, future in futures.items():
-        try:
-            future.result(timeout)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue  # another relay or worker created it meanwhile
-            raise BrokerUnavailable(f"cannot create topic {name!r}: {_text(exc)}") from exc
-        except Exception as exc:  # concurrent.futures.TimeoutError and friends
-            raise BrokerUnavailable(f"cannot create topic {name!r}: {_text(exc)}") from exc
-        log.info("created topic %s with %d partitions", name, partitions)
-
-
 @dataclass
 class _Report:
     """The failure report of one message, if librdkafka sends one."""
@@ -130,7 +91,7 @@ class KafkaPublisher:
         self,
         bootstrap: str,
         *,
-        partitions: int = 3,
+        partitions: int = PARTITIONS,
         config: dict[str, Any] | None = None,
         confirm_timeout: float = 30.0,
     ) -> None:
@@ -165,9 +126,7 @@ class KafkaPublisher:
             self._admin.list_topics(timeout=min(10.0, self.confirm_timeout))
         except KafkaException as exc:
             self.close()
-            raise BrokerUnavailable(
-                f"cannot reach Kafka at {self.bootstrap}: {_text(exc)}"
-            ) from exc
+            raise BrokerUnavailable(f"cannot reach Kafka at {self.bootstrap}: {text(exc)}") from exc
         self._producer = self._new_producer()
 
     def _new_producer(self) -> Producer:
@@ -226,7 +185,7 @@ class KafkaPublisher:
                     elif verdict == "refused" and len(group) > 1 and _batch_wide(error):
                         again.append((False, [item]))
                     elif verdict == "refused":
-                        result[item.row_id] = _reason(error)
+                        result[item.row_id] = reason(error)
                     elif verdict == "restart":
                         if again and again[-1][0]:
                             again[-1][1].append(item)
@@ -234,7 +193,7 @@ class KafkaPublisher:
                             again.append((True, [item]))
                     else:
                         raise BrokerUnavailable(
-                            f"delivery to {item.destination} failed: {_reason(error)}"
+                            f"delivery to {item.destination} failed: {reason(error)}"
                         )
                 if len(result) > decided:
                     # only new producers in a row that decide nothing count: each bad record
@@ -328,18 +287,6 @@ def _classify(error: KafkaError | None) -> str:
 
 def _batch_wide(error: KafkaError | None) -> bool:
     return error is not None and error.code() in _BATCH_WIDE
-
-
-def _reason(error: KafkaError | None) -> str:
-    if error is None:
-        return "unknown error"
-    return f"{error.name()}: {error.str()}"
-
-
-def _text(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return _reason(exc.args[0])
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _discard(producer: Producer) -> None:

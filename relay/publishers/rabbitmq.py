@@ -1,13 +1,14 @@
 """RabbitMQ publisher: pika, publisher confirms waited for once per batch.
 
 pika's ``BlockingChannel.confirm_delivery()`` makes every ``basic_publish`` wait for its own
-confirm: one network round trip per message. Instead we switch the underlying channel into
-confirm mode with our own ack/nack and return callbacks, publish the whole batch, and then
-pump ``process_data_events`` until every delivery tag is settled. The broker sends a
-``basic.return`` (unroutable, ``mandatory=True``) before the ack of the same message, and the
-callbacks run in frame order, so a returned message is known to be refused when its ack comes.
+confirm: one network round trip per message. Instead we switch the asynchronous channel under
+it (``outbox.brokers.rabbitmq.async_channel``) into confirm mode with our own ack/nack and
+return callbacks, publish the whole batch, and then run ``process_data_events`` until every
+delivery tag is settled. The broker sends a ``basic.return`` (unroutable, ``mandatory=True``)
+before the ack of the same message, and the callbacks run in frame order, so a returned
+message is known to be refused when its ack comes.
 
-Mapping of outcomes (relay/publisher.py contract):
+Mapping of outcomes (the Publisher contract of outbox.transport):
 - ack                                  -> confirmed
 - basic.return then ack (unroutable)   -> refused, with the reply text
 - nack (e.g. queue full, reject-publish) -> refused
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,6 +29,8 @@ import pika
 import pika.exceptions
 import pika.spec
 
+from outbox.brokers import rabbitmq as broker
+from outbox.brokers.rabbitmq import ERRORS, describe
 from outbox.dsn import mask
 from outbox.transport import BrokerUnavailable, Outgoing
 from outbox.wire import CONTENT_TYPE
@@ -69,6 +71,8 @@ class RabbitMQPublisher:
         self.connection_attempts = connection_attempts
         self._connection: pika.BlockingConnection | None = None
         self._channel: Any = None
+        self._async: Any = None  # the channel under self._channel: publishes and confirms
+        self._closed_reason: Exception | None = None
         self._declared: set[str] = set()
         # Per-batch confirm state, filled by the callbacks.
         self._next_tag = 0
@@ -85,47 +89,47 @@ class RabbitMQPublisher:
     def connect(self) -> None:
         self.close()
         try:
-            params = pika.URLParameters(self.url)
-            params.connection_attempts = self.connection_attempts
-            params.blocked_connection_timeout = self.confirm_timeout
-            params.socket_timeout = min(10.0, self.confirm_timeout)
-            self._connection = pika.BlockingConnection(params)
+            self._connection = broker.connect(
+                self.url,
+                connection_attempts=self.connection_attempts,
+                timeout=self.confirm_timeout,
+            )
             self._open_channel()
-        except (pika.exceptions.AMQPError, OSError) as exc:
+        except ERRORS as exc:
             self.close()
-            raise BrokerUnavailable(
-                f"cannot connect to {mask(self.url)}: {_describe(exc)}"
-            ) from exc
+            raise BrokerUnavailable(f"cannot connect to {mask(self.url)}: {describe(exc)}") from exc
 
     def _open_channel(self) -> None:
         assert self._connection is not None
         channel = self._connection.channel()
-        impl = channel._impl
+        impl = broker.async_channel(channel)
         selected: list[bool] = []
+
+        def on_selected(_frame: Any) -> None:
+            selected.append(True)
+            self._wake()
+
+        self._closed_reason = None
+        impl.add_on_close_callback(self._on_channel_closed)
         impl.add_on_return_callback(self._on_return)
-        impl.confirm_delivery(
-            ack_nack_callback=self._on_confirm, callback=lambda _frame: selected.append(True)
-        )
-        self._pump(lambda: bool(selected), self.confirm_timeout, "confirm.select")
-        self._channel = channel
+        impl.confirm_delivery(ack_nack_callback=self._on_confirm, callback=on_selected)
+        self._pump(channel, lambda: bool(selected), self.confirm_timeout, "confirm.select")
+        self._channel, self._async = channel, impl
         self._next_tag = 0
         self._declared.clear()
 
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and connection.is_open:
-            try:
-                connection.close()
-            except Exception as exc:  # a dead socket: nothing left to release
-                log.debug("closing %s: %s", mask(self.url), exc)
+        self._async = None
+        broker.close(connection, self.url)
 
     def idle(self) -> None:
         """Serve heartbeats while the relay has nothing to publish."""
         if self._connection is not None and self._connection.is_open:
             try:
                 self._connection.process_data_events(0)
-            except (pika.exceptions.AMQPError, OSError) as exc:
-                log.warning("broker connection lost while idle: %s", _describe(exc))
+            except ERRORS as exc:
+                log.warning("broker connection lost while idle: %s", describe(exc))
                 self.close()
 
     # -- publishing ---------------------------------------------------------------------------
@@ -146,16 +150,19 @@ class RabbitMQPublisher:
                     self._result[item.row_id] = refused[item.destination]
                     continue
                 self._publish_one(item)
-            self._pump(lambda: len(self._tags) == 0, self.confirm_timeout, f"{len(batch)} confirms")
+            self._pump(
+                self._channel,
+                lambda: len(self._tags) == 0,
+                self.confirm_timeout,
+                f"{len(batch)} confirms",
+            )
         except BrokerUnavailable:
             self.close()
             raise
-        except (pika.exceptions.AMQPError, OSError) as exc:
+        except ERRORS as exc:
             self._learn_size_limit(exc)
             self.close()
-            raise BrokerUnavailable(
-                f"publish to {mask(self.url)} failed: {_describe(exc)}"
-            ) from exc
+            raise BrokerUnavailable(f"publish to {mask(self.url)} failed: {describe(exc)}") from exc
         return {item.row_id: self._result.get(item.row_id, "no confirm") for item in batch}
 
     def _publish_one(self, item: Outgoing) -> None:
@@ -178,10 +185,8 @@ class RabbitMQPublisher:
         self._next_tag += 1
         self._tags[self._next_tag] = item.row_id
         self._by_message_id[str(item.envelope.event_id)] = item.row_id
-        # The channel implementation only buffers the frames; _pump() writes the whole batch
-        # and reads the confirms. (BlockingChannel.basic_publish would flush the socket once
-        # per message: that was half of the relay's time.)
-        self._channel._impl.basic_publish(
+        # Only buffered: _pump() writes the whole batch and reads the confirms.
+        self._async.basic_publish(
             exchange=exchange,
             routing_key=routing_key,
             body=body,
@@ -212,13 +217,9 @@ class RabbitMQPublisher:
         if destination in self._declared:
             return
         if self.fanout:
-            self._channel.exchange_declare(
-                exchange=destination, exchange_type="fanout", durable=True
-            )
+            broker.declare_exchange(self._channel, destination)
         else:
-            self._channel.queue_declare(
-                queue=destination, durable=True, arguments=self.queue_arguments or None
-            )
+            broker.declare_queue(self._channel, destination, self.queue_arguments)
         self._declared.add(destination)
 
     # -- callbacks (run inside process_data_events, in frame order) ---------------------------
@@ -249,54 +250,49 @@ class RabbitMQPublisher:
                 self._result[row_id] = "nacked by the broker (queue full or internal error)"
             else:
                 self._result[row_id] = self._returned.pop(row_id, None)
+        if not self._tags:
+            self._wake()
+
+    def _on_channel_closed(self, _channel: Any, reason: Exception) -> None:
+        self._closed_reason = reason
+
+    def _wake(self) -> None:
+        """End the running ``process_data_events`` now: callbacks of the asynchronous
+        channel do not, so it would otherwise wait out its whole time limit. A timer due at
+        once is an event of the blocking layer, which ends it."""
+        if self._connection is not None and self._connection.is_open:
+            self._connection.call_later(0, _nothing)
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _pump(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+    def _pump(self, channel: Any, done: Callable[[], bool], timeout: float, what: str) -> None:
         """Process broker frames until ``done()``, the channel closes or ``timeout``.
 
-        ``process_data_events(time_limit)`` would sleep out its whole time limit, since our
-        callbacks live on the channel implementation, not on the blocking layer; so we drive
-        the same loop pika's blocking calls use. The deadline is read from the clock: the
-        blocking layer runs ``call_later`` callbacks only inside ``process_data_events``, never
-        inside ``_flush_output``; the timer is there to wake the I/O loop at the deadline.
-        (Found by tests/faults/test_confirm_stall.py: a broker that stopped answering held
-        the relay forever.)
+        The deadline is a time limit of ``process_data_events``, so it fires even when the
+        broker sends nothing at all (tests/faults/test_confirm_stall.py: a broker that stopped
+        answering once held the relay forever). A channel the broker closes ends the wait too.
         """
         connection = self._connection
         assert connection is not None
         deadline = time.monotonic() + timeout
-        timer = connection.call_later(timeout, lambda: None)
-        channel = self._channel
-        try:
-            connection._flush_output(
-                done,
-                lambda: time.monotonic() >= deadline,
-                lambda: channel is not None and channel.is_closed,
-            )
-        finally:
-            if connection.is_open:
-                connection.remove_timeout(timer)
-        if channel is not None and channel.is_closed:
-            reason = channel._closing_reason
+        while not done() and channel.is_open:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            connection.process_data_events(time_limit=remaining)
+        if channel.is_closed:
+            reason = self._closed_reason
             self._learn_size_limit(reason)
-            raise BrokerUnavailable(f"channel closed by the broker: {_describe(reason)}")
+            raise BrokerUnavailable(f"channel closed by the broker: {describe(reason)}")
         if not done():
             self._abandon()
             raise BrokerUnavailable(f"no answer from {mask(self.url)} for {what} in {timeout}s")
 
     def _abandon(self) -> None:
-        """Drop a connection whose broker stopped answering. ``close()`` would send
-        Connection.Close and wait for a Close-Ok the silent broker never sends: shut the
-        socket down instead, which pika handles as a lost connection."""
         connection, self._connection, self._channel = self._connection, None, None
-        if connection is None:
-            return
-        try:
-            connection._impl._transport._sock.shutdown(socket.SHUT_RDWR)
-            connection.process_data_events(0)
-        except Exception as exc:  # the expected StreamLostError, or already gone
-            log.debug("abandoning %s: %s", mask(self.url), exc)
+        self._async = None
+        if connection is not None:
+            broker.abandon(connection, self.url)
 
     def _learn_size_limit(self, exc: object) -> None:
         match = _SIZE_ERROR.search(str(exc))
@@ -306,6 +302,5 @@ class RabbitMQPublisher:
             self.max_message_bytes = limit
 
 
-def _describe(exc: object) -> str:
-    text = str(exc) or type(exc).__name__
-    return mask(f"{type(exc).__name__}: {text}")
+def _nothing() -> None:
+    return None

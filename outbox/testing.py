@@ -18,7 +18,8 @@ database, with no broker::
         install_signals=False
     )
 
-Nothing here is used by the relay or the worker themselves.
+For testing only: messages live in this process's memory and are gone when it ends, and
+nothing here is used by the relay or the worker themselves.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_security.py
+	$(BIN)/lint-imports --no-cache --no-logo
 
 format: install
 	$(BIN)/ruff format .

@@ -173,7 +173,7 @@ def worker_batch_default() -> str | None:
     """The worker's ``--batch-size`` default as its ``--help`` prints it ("?" when it prints
     none), or None while the worker has no such option (it would reject it)."""
     out = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", "worker", "--help"],
+        [sys.executable, "-m", "outbox_cli", "worker", "--help"],
         cwd=ROOT,
         env=python_env(),
         capture_output=True,
@@ -197,7 +197,7 @@ def spawn_ours(
     handlers: str = "bench.consumer_handlers:consumer",
 ) -> subprocess.Popen[bytes]:
     """One ``outbox worker`` process; ``batch`` None: the worker's own default."""
-    args = [sys.executable, "-m", "outbox.cli", "worker", handlers, "--dsn", dsn]
+    args = [sys.executable, "-m", "outbox_cli", "worker", handlers, "--dsn", dsn]
     args += ["--log-level", "WARNING", "--time-limit", "1800", *extra]
     if batch is not None:
         args += ["--batch-size", str(batch)]
@@ -207,7 +207,7 @@ def spawn_ours(
 
 
 def spawn_relay(dsn: str, broker: str, queue: str) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "outbox.cli", "relay", "--dsn", dsn, "--broker", broker]
+    args = [sys.executable, "-m", "outbox_cli", "relay", "--dsn", dsn, "--broker", broker]
     args += ["--queue", queue, "--log-level", "WARNING"]
     return subprocess.Popen(args, cwd=ROOT, env=python_env())
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTBOX = [sys.executable, "-m", "outbox.cli"]
+OUTBOX = [sys.executable, "-m", "outbox_cli"]
 
 
 def free_port() -> int:

@@ -1,4 +1,7 @@
-"""The consumer side: inbox dedupe, serial groups, retries (``outbox worker``)."""
+"""The consumer side: inbox dedupe, serial groups, retries (``outbox worker``).
+
+It builds on the core ``outbox`` package only, never on ``relay`` (``make lint`` checks it).
+"""
 
 from inbox.admin import unblock
 from inbox.consumer import Consumer, Handler, InboxMessage, QueuePolicy

@@ -2,6 +2,11 @@
 
 Producer API: ``outbox.store(session_or_connection, queue, type, payload, ...)`` inside your own
 transaction. See README.md.
+
+This package is the core: the producer API, the schema, the wire format, the interfaces a
+broker is used through (``outbox.transport``) and in-memory stand-ins for tests
+(``outbox.testing``). It imports neither ``relay`` nor ``inbox``; the ``outbox`` command lives
+in ``outbox_cli``.
 """
 
 from outbox import errors

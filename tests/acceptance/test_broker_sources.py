@@ -38,7 +38,7 @@ def _done(bed: Bed, consumer: str) -> int:
 def _relay(bed: Bed, broker: str, queue: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
-            sys.executable, "-m", "outbox.cli", "relay", "--dsn", bed.dsn, "--broker", broker,
+            sys.executable, "-m", "outbox_cli", "relay", "--dsn", bed.dsn, "--broker", broker,
             "--queue", queue, "--poll-interval", "0.05", "--stop-when-idle",
         ],
         cwd=ROOT,

@@ -20,9 +20,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from inbox import demo as inbox_demo
 from outbox import inbox_table, outbox_table, states
 from outbox.dsn import make_engine
+from outbox_cli import demo_consumer
 from tests.support import services
 from tests.support.kafka import KafkaBroker, free_port
 
@@ -76,7 +76,7 @@ def _check_run(dsn: str, output: str, secrets: list[str]) -> str:
                     inbox_table.c.queue == queue, inbox_table.c.state == states.DONE
                 )
             ).scalar_one()
-        runs = inbox_demo.read_runs(engine)[-7:]
+        runs = demo_consumer.read_runs(engine)[-7:]
     finally:
         engine.dispose()
     assert dict(statuses) == {states.SENT: 7}

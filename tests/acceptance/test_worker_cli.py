@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from sqlalchemy import func, select
 
 from outbox import inbox_table, outbox_table, states
-from outbox.cli import main
+from outbox_cli.main import main
 from tests.acceptance.test_s1_s4_ordering import store
 from tests.support.workers import ROOT, Bed, started_order, wait_all, wait_for
 
@@ -58,7 +58,7 @@ def test_unblock_releases_a_halted_group(bed: Bed) -> None:
 def test_worker_refuses_a_target_that_is_not_a_consumer(bed: Bed) -> None:
     for target in ("tests.support.handlers:job", "no.such.module:x", "nocolon"):
         done = subprocess.run(
-            [sys.executable, "-m", "outbox.cli", "worker", target, "--dsn", bed.dsn],
+            [sys.executable, "-m", "outbox_cli", "worker", target, "--dsn", bed.dsn],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -146,7 +146,7 @@ class Pipeline:
         if confirm_timeout is not None:
             extra = (*extra, "--confirm-timeout", str(confirm_timeout))
         args = [
-            sys.executable, "-m", "outbox.cli", "relay", "--dsn", self.bed.dsn,
+            sys.executable, "-m", "outbox_cli", "relay", "--dsn", self.bed.dsn,
             "--broker", self.relay_broker, "--queue", self.queue, "--poll-interval", "0.1",
             "--batch-size", "100", *extra,
         ]  # fmt: skip
@@ -157,7 +157,7 @@ class Pipeline:
 
     def add_worker(self, concurrency: int = 2) -> Proc:
         args = [
-            sys.executable, "-m", "outbox.cli", "worker", TARGET, "--dsn", self.bed.dsn,
+            sys.executable, "-m", "outbox_cli", "worker", TARGET, "--dsn", self.bed.dsn,
             "--source", self.source, "--poll-interval", "0.2",
             "--concurrency", str(concurrency), "--log-level", "INFO",
         ]  # fmt: skip

@@ -72,7 +72,7 @@ class Bed:
         args = [
             sys.executable,
             "-m",
-            "outbox.cli",
+            "outbox_cli",
             "worker",
             TARGET,
             "--dsn",

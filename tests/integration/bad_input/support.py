@@ -53,7 +53,7 @@ def worker_env(consumer: str, queues: Sequence[str], types: Sequence[str]) -> di
 
 
 def worker_cmd(dsn: str, source: str, *extra: str, time_limit: float = 60.0) -> list[str]:
-    args = [sys.executable, "-m", "outbox.cli", "worker", TARGET, "--dsn", dsn]
+    args = [sys.executable, "-m", "outbox_cli", "worker", TARGET, "--dsn", dsn]
     if source:
         args += ["--source", source]
     return [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from inbox.demo import run_workers
-from outbox.demo import run_demo
+from outbox_cli.demo import run_demo
+from outbox_cli.demo_consumer import run_workers
 
 
 def test_two_workers_run_s1_in_order_on_sqlite(tmp_path: Path) -> None:

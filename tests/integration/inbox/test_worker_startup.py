@@ -23,7 +23,7 @@ def test_a_worker_whose_database_never_answers_keeps_trying_until_its_time_limit
     backend: str,
 ) -> None:
     limit = 3.0
-    cmd = [sys.executable, "-m", "outbox.cli", "worker", TARGET, "--dsn", UNREACHABLE[backend]]
+    cmd = [sys.executable, "-m", "outbox_cli", "worker", TARGET, "--dsn", UNREACHABLE[backend]]
     started = time.monotonic()
     proc = subprocess.run(
         [*cmd, "--time-limit", str(limit)],

@@ -26,7 +26,7 @@ from inbox.cli import inbox_group
 from inbox.cli_ops import commands as ops_commands
 from inbox.cli_repair import commands as repair_commands
 from outbox import schema, states
-from outbox.cli import main
+from outbox_cli.main import main
 from tests.integration.inbox.helpers import make_kit, rows, store_jobs
 from tests.integration.ops.inbox_rows import (
     NOW,

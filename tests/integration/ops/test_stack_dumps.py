@@ -25,7 +25,7 @@ COMMANDS = {
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_sigusr1_prints_the_stacks_and_the_process_goes_on(command: str) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "outbox.cli", *COMMANDS[command], "--time-limit", "15"],
+        [sys.executable, "-m", "outbox_cli", *COMMANDS[command], "--time-limit", "15"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,

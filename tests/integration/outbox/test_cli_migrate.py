@@ -12,7 +12,7 @@ from outbox.dsn import make_engine
 from outbox.migrate import head_revision
 from tests.support.databases import DatabaseFactory
 
-OUTBOX = [sys.executable, "-m", "outbox.cli"]
+OUTBOX = [sys.executable, "-m", "outbox_cli"]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

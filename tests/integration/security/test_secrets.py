@@ -138,7 +138,7 @@ def test_relay_worker_and_cli_never_print_a_password(engine: Engine, dsn: str) -
         [
             sys.executable,
             "-m",
-            "outbox.cli",
+            "outbox_cli",
             "worker",
             TARGET,
             "--dsn",

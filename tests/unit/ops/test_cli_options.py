@@ -7,8 +7,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from outbox.cli import main
 from outbox.ops.cli import commands
+from outbox_cli.main import main
 
 NAMES = ["metrics", "stats", "failed", "retry", "republish", "compact", "check"]
 

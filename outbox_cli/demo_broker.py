@@ -1,12 +1,12 @@
 """``outbox demo --broker URL``: the same S1 jobs, through ``outbox relay`` and a real broker.
 
-After ``outbox.demo`` stored the jobs, this part starts one relay process (it publishes the
+After ``outbox_cli.demo`` stored the jobs, this part starts one relay process (it publishes the
 run's rows to ``<queue>_<priority>`` and exits once nothing is left) and two
 ``outbox worker --source URL`` processes, waits for the seven jobs with a deadline, stops the
 workers with SIGTERM (they exit 0), and deletes the run's queues or topics from the broker.
 
 Every process shares the demo database: the workers find the outbox there, so undelivered
-rows keep their place in the group whatever order the broker delivers in (SPEC G5). The
+rows keep their place in the group whatever order the broker delivers in (G5). The
 DSN and the broker URL reach the processes through the environment, never their command
 lines, and everything printed is masked.
 """
@@ -25,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from outbox import dsn as dsn_mod
 from outbox.errors import OutboxError
+from outbox_cli import demo_consumer
 
 Echo = Callable[[str], None]
 PRIORITIES = (1, 2)  # S1's: the demo consumer reads these two
@@ -49,8 +50,6 @@ def run_pipeline(
 ) -> None:
     """Relay + two broker workers on ``queue``; returns when the 7 jobs are done and every
     process ended. ``dsn`` is the unmasked database URL the processes connect to."""
-    from inbox import demo as inbox_demo
-
     masked = dsn_mod.mask(broker)
     settings = {
         "OUTBOX_DSN": dsn,
@@ -58,19 +57,19 @@ def run_pipeline(
         "OUTBOX_DEMO_CONSUMER": consumer,
     }
     engine = dsn_mod.make_engine(dsn)
-    inbox_demo.prepare(engine)
-    wanted = len(inbox_demo.read_runs(engine)) + 7  # a kept database holds earlier runs
+    demo_consumer.prepare(engine)
+    wanted = len(demo_consumer.read_runs(engine)) + 7  # a kept database holds earlier runs
     deadline = time.monotonic() + timeout
     started: list[subprocess.Popen[bytes]] = []
     with _logs() as (relay_log, worker_log):
         try:
             relay = subprocess.Popen(
                 [
-                    sys.executable, "-m", "outbox.cli", "relay", "--queue", queue,
+                    sys.executable, "-m", "outbox_cli", "relay", "--queue", queue,
                     "--poll-interval", "0.1", "--stop-when-idle",
                     "--time-limit", str(timeout), "--log-level", "WARNING",
                 ],
-                env=inbox_demo.child_env(OUTBOX_BROKER=broker, **settings),
+                env=demo_consumer.child_env(OUTBOX_BROKER=broker, **settings),
                 stdout=relay_log, stderr=subprocess.STDOUT,
             )  # fmt: skip
             started.append(relay)
@@ -82,8 +81,10 @@ def run_pipeline(
             for _ in range(2):
                 workers.append(
                     subprocess.Popen(
-                        inbox_demo.worker_command("--queue", queue, "--time-limit", str(timeout)),
-                        env=inbox_demo.child_env(OUTBOX_SOURCE=broker, **settings),
+                        demo_consumer.worker_command(
+                            "--queue", queue, "--time-limit", str(timeout)
+                        ),
+                        env=demo_consumer.child_env(OUTBOX_SOURCE=broker, **settings),
                         stdout=worker_log,
                         stderr=subprocess.STDOUT,
                     )
@@ -99,7 +100,7 @@ def run_pipeline(
                 raise DemoFailed(f"the relay exited with {code}:\n{_tail(relay_log)}")
             step("the relay published the 7 rows and exited 0: every outbox row is now sent")
             try:
-                _wait_for(lambda: len(inbox_demo.read_runs(engine)) >= wanted, deadline, workers)
+                _wait_for(lambda: len(demo_consumer.read_runs(engine)) >= wanted, deadline, workers)
             except DemoFailed as exc:
                 raise DemoFailed(f"{exc}:\n{_tail(worker_log)}") from None
             for worker in workers:

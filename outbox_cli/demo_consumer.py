@@ -2,8 +2,8 @@
 
 ``consumer`` handles the demo's ``transcribe.recording`` jobs: each records, in the same
 transaction that marks it done, which process ran it and when. ``run_workers`` starts
-``outbox worker inbox.demo:consumer`` twice on the demo database, waits for both to go idle,
-and returns the order the jobs ran in (S1: a b d e g c f).
+``outbox worker outbox_cli.demo_consumer:consumer`` twice on the demo database, waits for
+both to go idle, and returns the order the jobs ran in (S1: a b d e g c f).
 
 With a broker the demo runs on a queue of its own (``OUTBOX_DEMO_QUEUE``, read when this
 module is imported, so the worker processes the demo starts see the same name): leftovers of
@@ -28,7 +28,7 @@ from outbox.config import OutboxConfig
 
 QUEUE_ENV = "OUTBOX_DEMO_QUEUE"
 CONSUMER_ENV = "OUTBOX_DEMO_CONSUMER"
-TARGET = "inbox.demo:consumer"
+TARGET = "outbox_cli.demo_consumer:consumer"
 
 _metadata = MetaData()
 processed = Table(
@@ -96,9 +96,9 @@ def child_env(**settings: str) -> dict[str, str]:
 
 
 def worker_command(*extra: str) -> list[str]:
-    """``outbox worker inbox.demo:consumer`` with the demo's settings, plus ``extra``."""
+    """``outbox worker`` on the demo's consumer with the demo's settings, plus ``extra``."""
     return [
-        sys.executable, "-m", "outbox.cli", "worker", TARGET,
+        sys.executable, "-m", "outbox_cli", "worker", TARGET,
         "--poll-interval", "0.1", "--log-level", "WARNING", *extra,
     ]  # fmt: skip
 

@@ -1,4 +1,5 @@
-"""The ``outbox`` command. Each subcommand lives with the package it drives.
+"""The ``outbox`` command. Each subcommand lives with the package it drives: this module
+only gathers them (it sits above outbox/, relay/ and inbox/, which never import it).
 
 Every option also reads an environment variable (shown in ``--help``). Exit codes: 0 success,
 1 operation failed (message on stderr), 2 usage error (click's).
@@ -8,11 +9,14 @@ from __future__ import annotations
 
 import click
 
+from inbox.cli import commands as inbox_commands
 from outbox import dsn as dsn_mod
 from outbox import migrate as migrate_mod
 from outbox.cli_support import DSN_HELP, db_options, fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
+from outbox.ops.cli import commands as ops_commands
+from relay.cli import commands as relay_commands
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,7 +87,7 @@ def demo(dsn: str, keep: bool, broker: str) -> None:
     The default is the embedded setup: a SQLite file, the database as the source, no services.
     With --broker a relay process publishes the jobs and the workers receive them from it.
     """
-    from outbox.demo import run_demo
+    from outbox_cli.demo import run_demo
 
     try:
         run_demo(dsn, echo=click.echo, fresh=not keep, broker=broker or None)
@@ -91,17 +95,5 @@ def demo(dsn: str, keep: bool, broker: str) -> None:
         fail(str(exc))
 
 
-def _register_package_commands() -> None:
-    # Imported here, not at the top: relay/ and inbox/ import outbox, not the other way round.
-    from inbox.cli import commands as inbox_commands
-    from outbox.ops.cli import commands as ops_commands
-    from relay.cli import commands as relay_commands
-
-    for command in (*relay_commands, *inbox_commands, *ops_commands):
-        main.add_command(command)
-
-
-_register_package_commands()
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+for _command in (*relay_commands, *inbox_commands, *ops_commands):
+    main.add_command(_command)

@@ -19,7 +19,6 @@ from typing import Any
 from sqlalchemy import Engine, Inspector, inspect
 from sqlalchemy.exc import OperationalError
 
-from inbox import queries
 from inbox import queries_batch as q
 from inbox.batch_claims import BatchClaimer
 from inbox.batch_runner import BatchRunner
@@ -37,6 +36,7 @@ from inbox.runner import DONE, LOST, _frees_group
 from outbox import metrics, states
 from outbox.backoff import outage_delay
 from outbox.clock import utcnow
+from outbox.dialect import POSTGRESQL, dialect_of
 from outbox.errors import SchemaError
 from outbox.schema import schema_for
 from outbox.stop_signals import install_stop_signals
@@ -130,7 +130,7 @@ class Worker:
             target=self.leases.run, args=(beat_stop,), name="inbox-heartbeat", daemon=True
         )
         beat.start()
-        if self.engine.dialect.name == "postgresql":
+        if dialect_of(self.engine).notifies:
             threads.append(
                 threading.Thread(target=self._listen_loop, name="inbox-listen", daemon=True)
             )
@@ -305,7 +305,7 @@ class Worker:
                 with psycopg.connect(
                     url.render_as_string(hide_password=False), autocommit=True
                 ) as conn:
-                    conn.execute(queries.listen(channel))
+                    conn.execute(POSTGRESQL.listen(channel))
                     while not self.stop.is_set():
                         for note in conn.notifies(timeout=0.5):
                             if note.payload == mine:

@@ -27,6 +27,7 @@ from outbox import states
 from outbox.backoff import Backoff, outage_delay
 from outbox.clock import utcnow
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.dialect import READ_COMMITTED, dialect_of
 from outbox.dsn import make_engine, mask
 from outbox.errors import ConfigError
 from outbox.metrics import Metrics
@@ -41,7 +42,6 @@ from relay.wakeup import PgNotifyWaker, PollWaker, Waker
 
 log = logging.getLogger("relay")
 MAX_ERROR_LENGTH = 2000
-READ_COMMITTED = "READ COMMITTED"
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ class Relay:
         # A registry of its own unless told otherwise: several relays in one test process.
         self.metrics = metrics if metrics is not None else Metrics()
         self.table = schema_for(self.settings.config).outbox
-        self.family = engine.dialect.name if engine.dialect.name != "mariadb" else "mysql"
-        if self.family == "mysql":
+        self.dialect = dialect_of(engine)
+        if self.dialect.gap_locks:
             # No gap locks: under REPEATABLE READ the batch's FOR UPDATE would lock the gap
             # producers insert into, stalling them for a whole broker round trip. An engine of
             # our own at that level, not execution_options on the caller's: the pool would
@@ -190,7 +190,7 @@ class Relay:
             self.publisher.connect()
             self._connected = True
         try:
-            result = self._sqlite_batch() if self.family == "sqlite" else self._locked_batch()
+            result = self._locked_batch() if self.dialect.row_locks else self._sqlite_batch()
         except BrokerUnavailable:
             self._connected = False
             raise
@@ -221,7 +221,7 @@ class Relay:
             rows = self._fetch(conn, now, lock=True)
             if not rows:
                 return BatchResult()
-            if self.family == "postgresql":
+            if self.dialect.relaxed_commit:
                 conn.execute(queries.relaxed_commit())
             outcome = self._publish(rows)
             return self._record(conn, rows, outcome, self.clock())
@@ -246,7 +246,7 @@ class Relay:
         heads = [(r.queue, r.priority, r.key, r.id) for r in rows if r.key is not None]
         if not heads or len(rows) >= limit:
             return rows
-        if self.family == "mysql":
+        if self.dialect.waiting_scan_deadlocks:
             # InnoDB: the followers' locking scan (no SKIP LOCKED, on purpose) waits on index
             # records another relay's mark-sent UPDATE holds while that UPDATE waits on ours:
             # a deadlock (1213) whose victim may be an already-published batch, which would
@@ -348,14 +348,14 @@ class Relay:
         self._stopping.wait(delay)
 
     def _sqlite_guard(self) -> SQLiteRelayLock | None:
-        if self.family != "sqlite":
+        if self.dialect.row_locks:
             return None
         guard = SQLiteRelayLock(self.engine.url.database)
         guard.acquire()
         return guard
 
     def _waker(self) -> Waker:
-        if self.family == "postgresql" and self.settings.use_notify:
+        if self.dialect.notifies and self.settings.use_notify:
             return PgNotifyWaker(
                 self.engine.url, self.settings.config.notify_channel, self._stopping
             )

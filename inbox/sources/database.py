@@ -17,10 +17,10 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from inbox import queries
+from inbox import queries_ingest as queries
 from inbox.ingest import InboxIngest
 from outbox.clock import utcnow
-from outbox.queries import dialect_family
+from outbox.dialect import dialect_of
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
 from outbox.transport import Ingest
@@ -40,6 +40,7 @@ class DatabaseSource:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.engine = engine
+        self.dialect = dialect_of(engine)
         self.queues = list(queues)
         self.clock = clock
         # Set by the worker's listener on a NOTIFY; polled otherwise.
@@ -63,10 +64,9 @@ class DatabaseSource:
     def _take(self, target: InboxIngest, limit: int) -> int:
         outbox = schema_for(target.consumer.config).outbox
         with self.engine.begin() as conn:
-            family = dialect_family(conn)
             now = self.clock()
             rows = conn.execute(
-                queries.pending_outbox(outbox, self.queues, now, limit, family)
+                queries.pending_outbox(outbox, self.queues, now, limit, self.dialect)
             ).all()
             if not rows:
                 return 0

@@ -149,13 +149,7 @@ class BatchRunner:
                     outcomes = self._finish(session, ran, failed_now)
                     if outcomes is None:  # a claim was taken back: find it, run again
                         session.rollback()
-                        held = self._held(pending + [f.claim for f in failed])
-                        if len(held) == len(pending) + len(failed):
-                            raise RuntimeError("done marks changed fewer rows than are held")
-                        lost += [c for c in pending if c.row_id not in held]
-                        lost += [f.claim for f in failed if f.claim.row_id not in held]
-                        pending = [c for c in pending if c.row_id in held]
-                        failed = [f for f in failed if f.claim.row_id in held]
+                        pending, failed = self._without_lost(pending, failed, lost)
                         continue
                     session.commit()
                     return outcomes, [], rest, lost
@@ -169,6 +163,18 @@ class BatchRunner:
                 if deadlocks > DEADLOCK_RETRIES or not _is_deadlock(exc):
                     raise
                 log.warning("batch rolled back as a deadlock victim: running it again")
+
+    def _without_lost(
+        self, pending: list[Claim], failed: list[Failed], lost: list[Claim]
+    ) -> tuple[list[Claim], list[Failed]]:
+        """``pending`` and ``failed`` without the claims no longer held, added to ``lost``."""
+        held = self._held(pending + [f.claim for f in failed])
+        if len(held) == len(pending) + len(failed):
+            raise RuntimeError("done marks changed fewer rows than are held")
+        lost += [c for c in pending if c.row_id not in held]
+        lost += [f.claim for f in failed if f.claim.row_id not in held]
+        still = [c for c in pending if c.row_id in held]
+        return still, [f for f in failed if f.claim.row_id in held]
 
     def _handlers(
         self, session: Session, pending: list[Claim]

@@ -26,7 +26,7 @@ from inbox.group_state import mark_groups
 from outbox import metrics, states
 from outbox.clock import utcnow
 from outbox.schema import schema_for
-from outbox.wire import H_KEY
+from outbox.wire import H_KEY, row_headers
 
 log = logging.getLogger("inbox.runner")
 
@@ -219,7 +219,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _message(row: Any, attempt: int) -> InboxMessage:
-    headers = dict(row.headers or {})
+    headers = row_headers(row)
     key = headers.pop(H_KEY, None)
     return InboxMessage(
         event_id=row.event_id,

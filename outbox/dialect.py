@@ -1,21 +1,19 @@
 """The dialect seam: what differs between PostgreSQL, MariaDB/MySQL and SQLite, in one place.
 
 One object per database family, built once at import; ``dialect_of`` finds it from an
-engine, a connection, a session or a SQLAlchemy dialect with one dictionary lookup, cheap
-enough for every statement. Callers ask it about capabilities (``returning``,
-``notifies``, ``row_locks`` ...) instead of comparing names, so the family is worked out
-here and nowhere else.
+engine, a connection, a session or a SQLAlchemy dialect with one dictionary lookup. Callers
+ask it about capabilities (``returning``, ``notifies``, ``row_locks`` ...) instead of
+comparing names: the family is worked out here and nowhere else.
 
 - Locking reads: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL and MariaDB; SQLite has no row
-  locks, ``BEGIN IMMEDIATE`` (``outbox.dsn.make_engine``) makes each transaction the only
+  locks, its ``BEGIN IMMEDIATE`` (``outbox.dsn.make_engine``) makes a transaction the only
   writer.
 - The group lock around [check blockers + claim] (G4): a transaction-scoped advisory lock
-  on a namespaced 64-bit key on PostgreSQL, ``GET_LOCK`` on a hashed name with a timeout
-  on MariaDB/MySQL (taken before the transaction, released after its commit, so the next
-  holder sees the claim), nothing on SQLite (the write lock already serialises). Not
-  obtained in time: ``None`` is yielded and the caller tries later; nothing is raised.
-- NOTIFY/LISTEN (PostgreSQL only; delivered at commit), insert-or-ignore and upserts,
-  ``RETURNING``, and the column types of ``outbox.types``.
+  on a namespaced 64-bit key (PostgreSQL), ``GET_LOCK`` on a hashed name with a timeout,
+  taken before the transaction and released after its commit so the next holder sees the
+  claim (MariaDB/MySQL), the write lock (SQLite). Not obtained in time: ``None`` is
+  yielded and the caller tries later; nothing is raised.
+- NOTIFY/LISTEN (PostgreSQL), insert-or-ignore and upserts, ``RETURNING``, column types.
 """
 
 from __future__ import annotations
@@ -103,13 +101,9 @@ class Dialect:
         )
         return stmt
 
-    def skip_locked(self, stmt: Select[Any], of: Any = None) -> Select[Any]:
+    def skip_locked(self, stmt: Select[Any]) -> Select[Any]:
         """``stmt`` locking the rows it returns, skipping rows locked by others."""
-        if not self.row_locks:
-            return stmt
-        if of is None:
-            return stmt.with_for_update(skip_locked=True)
-        return stmt.with_for_update(skip_locked=True, of=of)
+        return stmt.with_for_update(skip_locked=True) if self.row_locks else stmt
 
     def notify(self, channel: str, payload: str) -> Select[Any]:
         raise UnsupportedDatabaseError(f"{self.family}: no NOTIFY")

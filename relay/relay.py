@@ -32,11 +32,11 @@ from outbox.dsn import make_engine, mask
 from outbox.errors import ConfigError
 from outbox.metrics import Metrics
 from outbox.schema import schema_for
-from outbox.serialization import DEFAULT_SERIALIZER
 from outbox.transport import BrokerUnavailable, Outgoing, Publisher
 from outbox.validation import check_queue
-from outbox.wire import Envelope
+from outbox.wire import Envelope, envelope_from_row
 from relay import queries
+from relay.key_order import chain, due_prefixes, waves
 from relay.sqlite_guard import SQLiteRelayLock
 from relay.wakeup import PgNotifyWaker, PollWaker, Waker
 
@@ -271,7 +271,7 @@ class Relay:
         for wave in waves(rows):
             batch: list[Outgoing] = []
             for row in wave:
-                if _chain(row) in refused_chains:
+                if chain(row) in refused_chains:
                     continue
                 try:
                     batch.append(Outgoing(row.id, envelope_of(row)))
@@ -282,7 +282,7 @@ class Relay:
                 outcome[item.row_id] = verdicts.get(item.row_id, "no verdict from the publisher")
             for row in wave:
                 if row.key is not None and outcome.get(row.id) is not None:
-                    refused_chains.add(_chain(row))
+                    refused_chains.add(chain(row))
         return outcome
 
     def _record(
@@ -367,58 +367,7 @@ def envelope_of(row: Row[Any]) -> Envelope:
     # here, with the reason: a name the broker cannot take can close the channel or, for a
     # trailing newline, hang RabbitMQ's queue.declare.
     check_queue(row.queue)
-    headers = row.headers or {}
-    if not isinstance(headers, dict):
-        raise TypeError(f"headers: expected a JSON object, got {type(headers).__name__}")
-    return Envelope(
-        event_id=row.event_id,
-        type=row.type,
-        queue=row.queue,
-        priority=row.priority,
-        outbox_id=row.id,
-        occurred_at=row.occurred_at,
-        # The column holds a JSON document (JSONB reorders keys); the body is its compact,
-        # strict re-serialisation, identical whatever the database.
-        body=DEFAULT_SERIALIZER.dumps(row.payload),
-        serial_group=row.serial_group,
-        key=row.key,
-        headers={str(k): str(v) for k, v in headers.items()},
-    )
-
-
-def due_prefixes(rows: Sequence[Row[Any]], now: datetime) -> list[Row[Any]]:
-    """Per (queue, priority, key), the rows in id order up to the first one not due yet:
-    a row waiting out a backoff or a delay holds back the rest of its key."""
-    blocked: set[tuple[str, int, str]] = set()
-    out: list[Row[Any]] = []
-    for row in sorted(rows, key=lambda r: r.id):
-        if _chain(row) in blocked:
-            continue
-        if row.available_at > now:
-            blocked.add(_chain(row))
-            continue
-        out.append(row)
-    return out
-
-
-def waves(rows: Sequence[Row[Any]]) -> list[list[Row[Any]]]:
-    """Split a batch so that each wave holds at most one row per key, in id order: wave n
-    has the n-th row of every key; rows without a key all go in wave 0."""
-    depth: dict[tuple[str, int, str], int] = {}
-    out: list[list[Row[Any]]] = []
-    for row in sorted(rows, key=lambda r: (r.priority, r.id)):
-        index = 0
-        if row.key is not None:
-            index = depth.get(_chain(row), 0)
-            depth[_chain(row)] = index + 1
-        while len(out) <= index:
-            out.append([])
-        out[index].append(row)
-    return out
-
-
-def _chain(row: Row[Any]) -> tuple[str, int, str]:
-    return (row.queue, row.priority, row.key)
+    return envelope_from_row(row)
 
 
 __all__ = ["BatchResult", "Relay", "RelaySettings", "RelayStats"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -210,46 +211,54 @@ class Claimer:
     def take_next(self, group: str) -> Claim | None:
         """The worker that just finished a message of ``group`` claims the group's next head
         itself, in the same locked transaction: it starts at once, no poll interval, no herd
-        of woken workers racing for it. None: nothing claimable, or not decided now."""
-        claim = self._with_free_head(group, take=True)
-        return claim if isinstance(claim, Claim) else None
+        of woken workers racing for it. None: nothing claimable now, or not decided."""
+        try:
+            with self._group_lock(group) as conn:
+                if conn is None:
+                    return None  # not in time: the periodic pass will do it
+                now = self.clock()
+                head = self._free_head(conn, group, now, waiting_only=False)
+                return None if head is None else self._claim(conn, head, group, now)
+        except OperationalError as exc:
+            log.warning("head of group %r deferred: %s", group, exc.orig)
+            return None
 
     def _promote(self, group: str) -> bool | None:
         """True: promoted; False: nothing to promote; None: not decided (the group lock was
         busy past its timeout, or the database failed)."""
-        promoted = self._with_free_head(group, take=False)
-        if promoted is True and self.on_promoted is not None:
-            self.on_promoted()
-        return None if promoted is None else promoted is True
-
-    def _with_free_head(self, group: str, take: bool) -> Claim | bool | None:
-        """Under the group lock, find the group's head and, if nothing stands before it,
-        claim it (``take``: the Claim, or False if lost) or promote it from WAITING (True
-        if promoted). False: no such head; None: not decided (lock busy, database failed)."""
         try:
-            with group_transaction(
-                self.engine, self.consumer.name, group, self.consumer.group_lock_timeout
-            ) as conn:
+            with self._group_lock(group) as conn:
                 if conn is None:
                     return None  # not in time: the periodic pass will do it
-                now = self.clock()
-                head = conn.execute(
-                    queries.group_head(self.inbox, self.consumer.name, group, now, self.skip_retry)
-                ).first()
-                if head is None or (head.state != states.WAITING and not take):
+                head = self._free_head(conn, group, self.clock(), waiting_only=True)
+                if head is None:
                     return False
-                candidate = Candidate(head.id, group, head.priority, head.seq, head.state)
-                if self.blocked(conn, candidate, now):
-                    return False
-                if take:
-                    return self._claim(conn, candidate, group, now) or False
                 promoted = conn.execute(queries.promote(self.inbox, head.id)).rowcount == 1
                 if promoted and self.dialect.notifies:
                     self._notify(conn)
-                return promoted
         except OperationalError as exc:
             log.warning("head of group %r deferred: %s", group, exc.orig)
             return None
+        if promoted and self.on_promoted is not None:
+            self.on_promoted()
+        return promoted
+
+    def _group_lock(self, group: str) -> AbstractContextManager[Connection | None]:
+        timeout = self.consumer.group_lock_timeout
+        return group_transaction(self.engine, self.consumer.name, group, timeout)
+
+    def _free_head(
+        self, conn: Connection, group: str, now: datetime, *, waiting_only: bool
+    ) -> Candidate | None:
+        """The group's head if nothing stands before it (``waiting_only``: and it is
+        WAITING), read under the group lock."""
+        head = conn.execute(
+            queries.group_head(self.inbox, self.consumer.name, group, now, self.skip_retry)
+        ).first()
+        if head is None or (waiting_only and head.state != states.WAITING):
+            return None
+        candidate = Candidate(head.id, group, head.priority, head.seq, head.state)
+        return None if self.blocked(conn, candidate, now) else candidate
 
     def head_pass(self, full: bool = False, chunk: int = 300) -> int:
         """Promote every group whose head is WAITING with nothing running (safety net).

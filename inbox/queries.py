@@ -138,7 +138,8 @@ def inbox_blocker(
 ) -> Select[Any]:
     """One blocker of a row, if any: a processing (or halted) row of the same (consumer,
     group) -- exclusion -- OR an unfinished one ordered before it -- ordering. Two separate
-    conditions (seed 000: the PROCESSING clause)."""
+    conditions: with the ordering one alone, a running lower-priority row would not hold
+    back a newer urgent one (the PROCESSING clause of G5)."""
     t = table.c
     exclusion = t.state.in_((states.PROCESSING, states.HALTED))
     condition: ColumnElement[bool] = exclusion
@@ -321,9 +322,9 @@ def _waiting_heads(
     unfinished rows only, never the history), numbered per group in (priority, seq, id)
     order; the first of each group is its head. Then, for the waiting heads only, two
     equality probes of ``ix_inbox_group (consumer, serial_group, state)`` for a processing or
-    halted row. Seed 000's variant B joined the table back twice on (group, priority) and
-    (group, priority, seq), and those joins walked every row of the group, done ones included,
-    on MariaDB (a ``ref`` on the index prefix cannot use the state list).
+    halted row. Joining the table back on (group, priority) and (group, priority, seq)
+    instead would walk every row of the group, done ones included, on MariaDB (a ``ref`` on
+    the index prefix cannot use the state list).
     """
     t = table.c
     retry_in_line: ColumnElement[bool] = t.state == states.RETRY

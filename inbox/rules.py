@@ -57,7 +57,8 @@ def blocker(row: Row, group: Iterable[Row], now: datetime, on_retry: Policy) -> 
 
     Exclusion: anything processing (or halted) in the group. Ordering: any row in line with a
     smaller (priority, seq). The first alone lets an urgent newcomer run beside a running
-    lower-priority message; the second alone is the seed-000 inversion.
+    lower-priority message; the second alone lets an older lower-priority job block newer
+    urgent ones (the inversion G6 forbids).
     """
     for other in group:
         if other.id == row.id:

@@ -1,6 +1,6 @@
 """Every SQL statement of the producer side, one function per statement.
 
-Dialect differences live here and nowhere else: PostgreSQL and SQLite refuse duplicates with
+The producer's dialect differences: PostgreSQL and SQLite refuse duplicates with
 ``ON CONFLICT DO NOTHING ... RETURNING``; MariaDB/MySQL with an ``ON DUPLICATE KEY UPDATE`` that
 bumps ``store_conflicts`` so the rowcount says how many rows were duplicates. Neither raises,
 so the caller's transaction is never aborted (an error would poison a PostgreSQL transaction).

@@ -28,7 +28,7 @@ from inbox.consumer import Consumer
 from inbox.group_state import mark_groups
 from outbox import states
 from outbox.clock import utcnow
-from outbox.dsn import read_committed
+from outbox.dialect import dialect_of
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.claims")
@@ -64,10 +64,8 @@ class BatchClaimer:
         self.inbox = schema.inbox
         self.outbox = schema.outbox
         self.groups = schema.groups
-        name = engine.dialect.name
-        self.family = "mysql" if name == "mariadb" else name
-        self._returning = self.family in ("postgresql", "sqlite")
-        self._engine = read_committed(engine)
+        self.dialect = dialect_of(engine)
+        self._engine = self.dialect.read_committed(engine)
 
     def claim(self, limit: int, groups: Iterable[str] = ()) -> list[Claim]:
         """``claim_pass`` for one thread, its claims only."""
@@ -95,7 +93,7 @@ class BatchClaimer:
             with conn.begin():
                 now = self.clock()
                 rows = conn.execute(
-                    q.locked_candidates(self.inbox, self.family),
+                    q.locked_candidates(self.inbox, self.dialect),
                     {"consumer": self.consumer.name, "now": now, "limit": limit},
                 ).all()
                 if share > 1 and len(rows) < limit:
@@ -126,9 +124,7 @@ class BatchClaimer:
                     # after our read): the head pass must look, whatever it saw before.
                     mark_groups(conn, self.groups, self.consumer.name, chosen.waited)
         finally:
-            if names:
-                conn.execute(q.release_locks_mysql(len(names)), q.lock_parameters(names))
-                conn.commit()
+            self.dialect.release_group_locks(conn, names)
         claims.sort(key=lambda c: (c.row.priority, c.row.seq, c.row_id))
         undecided = tuple(g for g in extra if g not in decided)
         return ClaimPass(claims, left_some, undecided)
@@ -136,16 +132,7 @@ class BatchClaimer:
     def _lock_groups(self, conn: Connection, groups: list[str]) -> tuple[list[str], list[str]]:
         """The groups whose lock we now hold (all of them on SQLite: the write lock), and on
         MariaDB/MySQL the lock names to release after the commit."""
-        if self.family == "sqlite":
-            return groups, []
-        if self.family == "postgresql":
-            keys = [rules.pg_lock_key(self.consumer.name, g) for g in groups]
-            obtained = conn.execute(q.try_locks_pg(len(keys)), q.lock_parameters(keys)).one()
-            return [g for g, ok in zip(groups, obtained, strict=True) if ok], []
-        names = [rules.mysql_lock_name(self.consumer.name, g) for g in groups]
-        obtained = conn.execute(q.get_locks_mysql(len(names)), q.lock_parameters(names)).one()
-        held = [(g, n) for g, n, ok in zip(groups, names, obtained, strict=True) if ok == 1]
-        return [g for g, _ in held], [n for _, n in held]
+        return self.dialect.try_group_locks(conn, self.consumer.name, groups)
 
     def _decide(
         self, conn: Connection, groups: dict[str, list[rules.Row]], now: datetime, room: int
@@ -174,7 +161,7 @@ class BatchClaimer:
                 chosen.fresh.append(decision.claim.id)
                 if decision.claim.id not in candidate_ids:
                     heads.append(decision.claim.id)
-        if heads and self.family != "sqlite":
+        if heads and self.dialect.row_locks:
             # A head that was not our candidate may be row-locked by another claimer right
             # now: skip it rather than wait (see ``queries_batch.lock_rows``).
             got = set(conn.execute(q.lock_rows(self.inbox), {"ids": heads}).scalars())
@@ -188,9 +175,9 @@ class BatchClaimer:
         statement = q.group_views(
             self.inbox,
             self.outbox if self.job_queue else None,
-            self.consumer.step_aside,
+            self.consumer.skip_retry,
             self.broker,
-            self.family,
+            self.dialect,
         )
         parameters: dict[str, Any] = {
             "consumer": self.consumer.name,
@@ -223,7 +210,7 @@ class BatchClaimer:
         lease = now + timedelta(seconds=self.consumer.visibility_timeout)
         ids = [*fresh, *resumed]
         result = conn.execute(
-            q.claim_many(self.inbox, self._returning),
+            q.claim_many(self.inbox, self.dialect.returning),
             {
                 "ids": ids,
                 "fresh": list(fresh),
@@ -233,7 +220,7 @@ class BatchClaimer:
                 "lease_until": lease,
             },
         )
-        if self._returning:
+        if self.dialect.returning:
             rows = result.all()
         elif result.rowcount:
             loaded = q.load_claimed(self.inbox)

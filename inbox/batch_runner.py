@@ -29,8 +29,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from inbox import queries, rules
 from inbox import queries_batch as q
+from inbox import queries_finish, rules
 from inbox.batching import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
 from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
@@ -39,7 +39,7 @@ from inbox.ingest import wake_payload
 from inbox.runner import DONE, LOST, _describe, _message, count_outcome
 from outbox import metrics, states
 from outbox.clock import utcnow
-from outbox.dsn import read_committed
+from outbox.dialect import dialect_of
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.runner")
@@ -94,9 +94,9 @@ class BatchRunner:
         self.inbox = schema.inbox
         self.groups = schema.groups
         self.metrics = metrics.default()
-        self._notify = engine.dialect.name == "postgresql"
+        self.dialect = dialect_of(engine)
         self._thread = threading.local()  # .seconds: row id -> its handler's last run
-        self._engine = read_committed(engine)
+        self._engine = self.dialect.read_committed(engine)
 
     def run(self, claims: Sequence[Claim]) -> list[tuple[Claim, str]]:
         """Run every claim; returns (claim, outcome) in the order they finished: done,
@@ -149,13 +149,7 @@ class BatchRunner:
                     outcomes = self._finish(session, ran, failed_now)
                     if outcomes is None:  # a claim was taken back: find it, run again
                         session.rollback()
-                        held = self._held(pending + [f.claim for f in failed])
-                        if len(held) == len(pending) + len(failed):
-                            raise RuntimeError("done marks changed fewer rows than are held")
-                        lost += [c for c in pending if c.row_id not in held]
-                        lost += [f.claim for f in failed if f.claim.row_id not in held]
-                        pending = [c for c in pending if c.row_id in held]
-                        failed = [f for f in failed if f.claim.row_id in held]
+                        pending, failed = self._without_lost(pending, failed, lost)
                         continue
                     session.commit()
                     return outcomes, [], rest, lost
@@ -169,6 +163,18 @@ class BatchRunner:
                 if deadlocks > DEADLOCK_RETRIES or not _is_deadlock(exc):
                     raise
                 log.warning("batch rolled back as a deadlock victim: running it again")
+
+    def _without_lost(
+        self, pending: list[Claim], failed: list[Failed], lost: list[Claim]
+    ) -> tuple[list[Claim], list[Failed]]:
+        """``pending`` and ``failed`` without the claims no longer held, added to ``lost``."""
+        held = self._held(pending + [f.claim for f in failed])
+        if len(held) == len(pending) + len(failed):
+            raise RuntimeError("done marks changed fewer rows than are held")
+        lost += [c for c in pending if c.row_id not in held]
+        lost += [f.claim for f in failed if f.claim.row_id not in held]
+        still = [c for c in pending if c.row_id in held]
+        return still, [f for f in failed if f.claim.row_id in held]
 
     def _handlers(
         self, session: Session, pending: list[Claim]
@@ -238,7 +244,7 @@ class BatchRunner:
                 backoff=self.consumer.backoff,
             )
             changed = session.execute(
-                queries.finish_failed(
+                queries_finish.finish_failed(
                     self.inbox,
                     claim.row_id,
                     claim.token,
@@ -254,10 +260,10 @@ class BatchRunner:
         # Every finish frees its group (or leaves its retry in line): the head pass looks.
         groups = (c.serial_group for c, _ in outcomes)
         mark_groups(session, self.groups, self.consumer.name, groups)
-        if self._notify and any(o == states.RETRY for _, o in outcomes):
+        if self.dialect.notifies and any(o == states.RETRY for _, o in outcomes):
             # Idle workers of the consumer, in any process, work out their wait again.
             channel = self.consumer.config.notify_channel
-            session.execute(queries.notify(channel, wake_payload(self.consumer)))
+            session.execute(self.dialect.notify(channel, wake_payload(self.consumer)))
         return outcomes
 
     def _held(self, claims: list[Claim]) -> set[int]:

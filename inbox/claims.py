@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,9 +23,10 @@ from inbox.consumer import Consumer
 from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
 from inbox.locks import group_transaction
-from inbox.rules import StepAside
+from inbox.rules import SkipRetry
 from outbox import states
 from outbox.clock import utcnow
+from outbox.dialect import dialect_of
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.claims")
@@ -79,21 +81,17 @@ class Claimer:
         if job_queue is None:
             job_queue = inspect(engine).has_table(self.outbox.name)
         self.job_queue = job_queue
-        self.family = engine.dialect.name if engine.dialect.name != "mariadb" else "mysql"
-        # PostgreSQL: single statements that need no transaction run in autocommit, which
-        # spares the BEGIN, COMMIT and pool-reset round trips (psycopg switches client-side).
-        # PyMySQL would pay a SET AUTOCOMMIT round trip each way; SQLite keeps its write lock.
-        self._reader = (
-            engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self.family == "postgresql"
-            else engine
-        )
-        self._returning = self.family in ("postgresql", "sqlite")
+        self.dialect = dialect_of(engine)
+        # Single statements that need no transaction run in autocommit where that is cheap
+        # (PostgreSQL). PyMySQL would pay a SET AUTOCOMMIT round trip each way; SQLite keeps
+        # its write lock.
+        self._reader = self.dialect.reader(engine)
+        self._returning = self.dialect.returning
         self.on_promoted: Callable[[], None] | None = None
 
     @property
-    def skip_retry(self) -> StepAside:
-        return self.consumer.step_aside
+    def skip_retry(self) -> SkipRetry:
+        return self.consumer.skip_retry
 
     # --- claim ------------------------------------------------------------------------------
 
@@ -121,7 +119,7 @@ class Claimer:
         worker holds the group lock right now, give up at once and try another candidate."""
         group = candidate.serial_group
         resumed = candidate.state == states.PROCESSING
-        if group is None and self.family == "postgresql":
+        if group is None and self.dialect.cheap_autocommit and self._returning:
             # No lock and no check: the conditional UPDATE ... RETURNING alone decides.
             with self._reader.connect() as conn:
                 return self._claim(conn, candidate, None, self.clock(), resumed=resumed)
@@ -213,46 +211,54 @@ class Claimer:
     def take_next(self, group: str) -> Claim | None:
         """The worker that just finished a message of ``group`` claims the group's next head
         itself, in the same locked transaction: it starts at once, no poll interval, no herd
-        of woken workers racing for it."""
-        _, claim = self._advance(group, take=True)
-        return claim
+        of woken workers racing for it. None: nothing claimable now, or not decided."""
+        try:
+            with self._group_lock(group) as conn:
+                if conn is None:
+                    return None  # not in time: the periodic pass will do it
+                now = self.clock()
+                head = self._free_head(conn, group, now, waiting_only=False)
+                return None if head is None else self._claim(conn, head, group, now)
+        except OperationalError as exc:
+            log.warning("head of group %r deferred: %s", group, exc.orig)
+            return None
 
     def _promote(self, group: str) -> bool | None:
         """True: promoted; False: nothing to promote; None: not decided (the group lock was
         busy past its timeout, or the database failed)."""
-        done, _ = self._advance(group, take=False)
-        return done
-
-    def _advance(self, group: str, take: bool) -> tuple[bool | None, Claim | None]:
-        claim = None
         try:
-            with group_transaction(
-                self.engine, self.consumer.name, group, self.consumer.group_lock_timeout
-            ) as conn:
+            with self._group_lock(group) as conn:
                 if conn is None:
-                    return None, None  # not in time: the periodic pass will do it
-                now = self.clock()
-                head = conn.execute(
-                    queries.group_head(self.inbox, self.consumer.name, group, now, self.skip_retry)
-                ).first()
-                if head is None or (head.state != states.WAITING and not take):
-                    return False, None
-                candidate = Candidate(head.id, group, head.priority, head.seq, head.state)
-                if self.blocked(conn, candidate, now):
-                    return False, None
-                if take:
-                    claim = self._claim(conn, candidate, group, now)
-                    done = claim is not None
-                else:
-                    done = conn.execute(queries.promote(self.inbox, head.id)).rowcount == 1
-                    if done and self.family == "postgresql":
-                        self._notify(conn)
+                    return None  # not in time: the periodic pass will do it
+                head = self._free_head(conn, group, self.clock(), waiting_only=True)
+                if head is None:
+                    return False
+                promoted = conn.execute(queries.promote(self.inbox, head.id)).rowcount == 1
+                if promoted and self.dialect.notifies:
+                    self._notify(conn)
         except OperationalError as exc:
             log.warning("head of group %r deferred: %s", group, exc.orig)
-            return None, None
-        if done and not take and self.on_promoted is not None:
+            return None
+        if promoted and self.on_promoted is not None:
             self.on_promoted()
-        return done, claim
+        return promoted
+
+    def _group_lock(self, group: str) -> AbstractContextManager[Connection | None]:
+        timeout = self.consumer.group_lock_timeout
+        return group_transaction(self.engine, self.consumer.name, group, timeout)
+
+    def _free_head(
+        self, conn: Connection, group: str, now: datetime, *, waiting_only: bool
+    ) -> Candidate | None:
+        """The group's head if nothing stands before it (``waiting_only``: and it is
+        WAITING), read under the group lock."""
+        head = conn.execute(
+            queries.group_head(self.inbox, self.consumer.name, group, now, self.skip_retry)
+        ).first()
+        if head is None or (waiting_only and head.state != states.WAITING):
+            return None
+        candidate = Candidate(head.id, group, head.priority, head.seq, head.state)
+        return None if self.blocked(conn, candidate, now) else candidate
 
     def head_pass(self, full: bool = False, chunk: int = 300) -> int:
         """Promote every group whose head is WAITING with nothing running (safety net).
@@ -295,7 +301,7 @@ class Claimer:
 
     def _take_marks(self, after: str | None, chunk: int) -> list[str]:
         """Up to ``chunk`` marked groups named after ``after``, their marks cleared."""
-        statement = queries_groups.to_check(self.groups, self.family, first=after is None)
+        statement = queries_groups.to_check(self.groups, self.dialect, first=after is None)
         parameters = {"consumer": self.consumer.name, "after": after, "limit": chunk}
         with self.engine.begin() as conn:
             names = [str(n) for n in conn.execute(statement, parameters).scalars()]
@@ -329,7 +335,7 @@ class Claimer:
 
     def _notify(self, conn: Connection) -> None:
         channel = self.consumer.config.notify_channel
-        conn.execute(queries.notify(channel, wake_payload(self.consumer)))
+        conn.execute(self.dialect.notify(channel, wake_payload(self.consumer)))
 
     # --- idle check -------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from sqlalchemy.orm import Session
 
-from inbox.rules import OnDead, OnRetry, StepAside
+from inbox.rules import OnDead, OnRetry, SkipRetry
 from outbox import validation
 from outbox.backoff import Backoff
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
@@ -120,7 +120,7 @@ class Consumer:
         self.config = config
         self.queue_policies = _queue_policies(queue_policies or {}, self.queues)
         # Read by every claim: worked out once (queues and policies never change).
-        self.step_aside = self._step_aside()
+        self.skip_retry = self._skip_retry()
         self._handlers: dict[str, Handler] = {}
 
     def on_retry_for(self, queue: str) -> OnRetry:
@@ -131,7 +131,7 @@ class Consumer:
         policy = self.queue_policies.get(queue)
         return policy.on_dead if policy and policy.on_dead else self.on_dead
 
-    def _step_aside(self) -> StepAside:
+    def _skip_retry(self) -> SkipRetry:
         """Whose retry rows step aside while waiting out their backoff (on_retry="skip"):
         True = every queue's, False = none, or the tuple of those queues."""
         skipping = tuple(q for q in self.queues if self.on_retry_for(q) == "skip")

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.orm import Session
 
 from inbox import queries_groups
-from outbox.queries import dialect_family
+from outbox.dialect import dialect_of
 
 
 def mark_groups(
@@ -24,6 +24,5 @@ def mark_groups(
     transactions marking some of the same groups take the row locks in the same order."""
     names = sorted({g for g in groups if g is not None})
     if names:
-        family = dialect_family(conn.connection() if isinstance(conn, Session) else conn)
         rows = [{"consumer": consumer, "serial_group": g, "needs_check": True} for g in names]
-        conn.execute(queries_groups.mark(table, family), rows)
+        conn.execute(queries_groups.mark(table, dialect_of(conn)), rows)

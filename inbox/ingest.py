@@ -16,11 +16,11 @@ from uuid import UUID, uuid5
 
 from sqlalchemy import Connection, Engine
 
-from inbox import queries
+from inbox import queries_ingest
 from inbox.consumer import Consumer
 from outbox import states
 from outbox.clock import utcnow
-from outbox.queries import dialect_family
+from outbox.dialect import dialect_of
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
 from outbox.transport import Rejected
@@ -66,20 +66,22 @@ class InboxIngest:
         rows = [self._row(m, now) for m in messages]
         failed = sum(1 for r in rows if r["state"] == states.FAILED)
         inserted = duplicates = 0
-        family = dialect_family(conn)
+        dialect = dialect_of(conn)
         for batch in _distinct_batches(rows):
-            if family == "mysql":
-                rowcount = conn.execute(queries.ingest_mysql(self.table), batch).rowcount
+            if not dialect.returning:
+                rowcount = conn.execute(queries_ingest.ingest_mysql(self.table), batch).rowcount
                 duplicates += rowcount - len(batch)
                 inserted += len(batch) - (rowcount - len(batch))
             else:
-                returned = conn.execute(queries.ingest_returning(family, self.table), batch).all()
+                returned = conn.execute(
+                    queries_ingest.ingest_returning(dialect, self.table), batch
+                ).all()
                 fresh = sum(1 for r in returned if r.duplicates == 0)
                 inserted += fresh
                 duplicates += len(returned) - fresh
-        if inserted and family == "postgresql":
+        if inserted and dialect.notifies:
             conn.execute(
-                queries.notify(self.consumer.config.notify_channel, wake_payload(self.consumer))
+                dialect.notify(self.consumer.config.notify_channel, wake_payload(self.consumer))
             )
         return IngestResult(inserted, duplicates, failed)
 

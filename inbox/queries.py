@@ -1,10 +1,9 @@
-"""Every SQL statement of the consumer side, one function per statement.
+"""The SQL of claiming one inbox row and of the head-of-group pass, one function per
+statement; the ordering predicates the batched engine (``queries_batch``) reuses.
 
 SQLAlchemy Core with bound parameters only; names (queue, group, consumer, type) are always
-parameters. Dialect differences live here: duplicate absorption (``ON CONFLICT DO UPDATE`` on
-PostgreSQL and SQLite, ``ON DUPLICATE KEY UPDATE`` on MariaDB/MySQL, each bumping
-``duplicates`` without raising), the group lock primitives, ``NOTIFY`` and ``SKIP LOCKED``.
-``now`` is always passed in: queries never read the database clock.
+parameters. ``now`` is always passed in: queries never read the database clock. Ingest and
+the database source: ``queries_ingest``; the finish: ``queries_finish``.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
-    Integer,
     Select,
     Table,
     Update,
@@ -25,59 +23,23 @@ from sqlalchemy import (
     bindparam,
     exists,
     func,
-    literal,
-    literal_column,
     or_,
     select,
     union_all,
     update,
 )
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from inbox.rules import StepAside
+from inbox.rules import SkipRetry
 from outbox import states
+from outbox.dialect import POSTGRESQL
 
 # A point in time: a value, or a bound parameter of a statement built once (queries_batch).
 Moment = datetime | ColumnElement[Any]
 
-# --- ingest ---------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=64)
-def ingest_returning(family: str, table: Table) -> Any:
-    """PostgreSQL / SQLite: insert; a duplicate bumps ``duplicates`` instead of raising.
-    Executed with the list of rows (SQLAlchemy's "insertmanyvalues": one compiled statement,
-    many rows per round trip).
-
-    RETURNING ``duplicates``: 0 for a row inserted now, >= 1 for a duplicate.
-    """
-    dialect_insert = postgresql.insert if family == "postgresql" else sqlite.insert
-    stmt = dialect_insert(table)
-    return stmt.on_conflict_do_update(
-        index_elements=["event_id", "consumer"],
-        set_={"duplicates": table.c.duplicates + 1},
-    ).returning(table.c.event_id, table.c.duplicates)
-
-
-@lru_cache(maxsize=64)
-def ingest_mysql(table: Table) -> Any:
-    """MariaDB/MySQL, executed with the list of rows: rowcount = inserted + 2 x duplicates
-    (the duplicate's counter changes)."""
-    # A constant, not a parameter: PyMySQL's executemany takes no parameter after VALUES.
-    one = literal_column("1", Integer())
-    return mysql.insert(table).on_duplicate_key_update(duplicates=table.c.duplicates + one)
-
-
-def listen(channel: str) -> Any:
-    """``LISTEN`` for a raw psycopg connection; the channel is quoted as an identifier."""
-    from psycopg import sql
-
-    return sql.SQL("LISTEN {}").format(sql.Identifier(channel))
-
 
 def notify(channel: str, payload: str) -> Select[Any]:
-    """PostgreSQL only; delivered at commit."""
-    return select(func.pg_notify(channel, payload))
+    """PostgreSQL only; delivered at commit (the operator commands wake the workers)."""
+    return POSTGRESQL.notify(channel, payload)
 
 
 # --- claim ----------------------------------------------------------------------------------
@@ -140,7 +102,7 @@ def _ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnEleme
     )
 
 
-def _ordering_states(table: Table, now: Moment, skip_retry: StepAside) -> ColumnElement[bool]:
+def _ordering_states(table: Table, now: Moment, skip_retry: SkipRetry) -> ColumnElement[bool]:
     """Unfinished rows that keep their place in the group order. With on_retry="skip" a
     retry row waiting out its backoff steps aside; once due it is back in line.
     ``skip_retry``: True for every queue, False for none, or a tuple of queues (a queue's
@@ -171,12 +133,13 @@ def inbox_blocker(
     priority: int,
     seq: int,
     now: datetime,
-    skip_retry: StepAside,
+    skip_retry: SkipRetry,
     ordering: bool = True,
 ) -> Select[Any]:
     """One blocker of a row, if any: a processing (or halted) row of the same (consumer,
     group) -- exclusion -- OR an unfinished one ordered before it -- ordering. Two separate
-    conditions (seed 000: the PROCESSING clause)."""
+    conditions: with the ordering one alone, a running lower-priority row would not hold
+    back a newer urgent one (the PROCESSING clause of G5)."""
     t = table.c
     exclusion = t.state.in_((states.PROCESSING, states.HALTED))
     condition: ColumnElement[bool] = exclusion
@@ -295,57 +258,11 @@ def load(table: Table, row_id: int) -> Select[Any]:
     return select(*_loaded(table)).where(table.c.id == row_id)
 
 
-# --- while and after the handler runs -------------------------------------------------------
-
-
-def _fenced(table: Table, row_id: int, token: Any) -> ColumnElement[bool]:
-    """Every state change after the claim names the token it holds (G9)."""
-    t = table.c
-    return and_(t.id == row_id, t.claim_token == token, t.state == states.PROCESSING)
-
-
-def renew_lease(table: Table, row_id: int, token: Any, lease_until: datetime) -> Update:
-    return update(table).where(_fenced(table, row_id, token)).values(lease_until=lease_until)
-
-
-def finish_done(table: Table, row_id: int, token: Any, now: datetime) -> Update:
-    return (
-        update(table)
-        .where(_fenced(table, row_id, token))
-        .values(state=states.DONE, finished_at=now, lease_until=None, last_error=None)
-    )
-
-
-def finish_failed(
-    table: Table,
-    row_id: int,
-    token: Any,
-    *,
-    state: str,
-    available_at: datetime,
-    last_error: str,
-    now: datetime,
-) -> Update:
-    """To retry (due at ``available_at``), failed or halted."""
-    finished = None if state == states.RETRY else now
-    return (
-        update(table)
-        .where(_fenced(table, row_id, token))
-        .values(
-            state=state,
-            available_at=available_at,
-            last_error=last_error,
-            lease_until=None,
-            finished_at=finished,
-        )
-    )
-
-
 # --- head of group --------------------------------------------------------------------------
 
 
 def group_head(
-    table: Table, consumer: str, group: str, now: datetime, skip_retry: StepAside
+    table: Table, consumer: str, group: str, now: datetime, skip_retry: SkipRetry
 ) -> Select[Any]:
     """The smallest (priority, seq) among the group's rows in line."""
     t = table.c
@@ -370,7 +287,7 @@ def waiting_heads(
     table: Table,
     consumer: str,
     now: datetime,
-    skip_retry: StepAside,
+    skip_retry: SkipRetry,
     groups: Sequence[str] | None = None,
 ) -> Select[Any]:
     """Groups whose head is WAITING and nothing of the group is processing or halted; with
@@ -380,7 +297,7 @@ def waiting_heads(
 
 
 @lru_cache(maxsize=64)
-def waiting_heads_among(table: Table, skip_retry: StepAside) -> Select[Any]:
+def waiting_heads_among(table: Table, skip_retry: SkipRetry) -> Select[Any]:
     """``waiting_heads`` among ``groups`` (the marked pass), built once: parameters consumer,
     now, groups (a list)."""
     return _waiting_heads(
@@ -396,7 +313,7 @@ def _waiting_heads(
     table: Table,
     consumer: Any,
     now: Any,
-    skip_retry: StepAside,
+    skip_retry: SkipRetry,
     groups: list[str] | BindParameter[Any] | None,
 ) -> Select[Any]:
     """Groups whose head is WAITING and nothing of the group is processing or halted.
@@ -405,9 +322,9 @@ def _waiting_heads(
     unfinished rows only, never the history), numbered per group in (priority, seq, id)
     order; the first of each group is its head. Then, for the waiting heads only, two
     equality probes of ``ix_inbox_group (consumer, serial_group, state)`` for a processing or
-    halted row. Seed 000's variant B joined the table back twice on (group, priority) and
-    (group, priority, seq), and those joins walked every row of the group, done ones included,
-    on MariaDB (a ``ref`` on the index prefix cannot use the state list).
+    halted row. Joining the table back on (group, priority) and (group, priority, seq)
+    instead would walk every row of the group, done ones included, on MariaDB (a ``ref`` on
+    the index prefix cannot use the state list).
     """
     t = table.c
     retry_in_line: ColumnElement[bool] = t.state == states.RETRY
@@ -481,68 +398,4 @@ def unblock(table: Table, consumer: str, group: str) -> Update:
         update(table)
         .where(t.consumer == consumer, t.serial_group == group, t.state == states.HALTED)
         .values(state=states.FAILED)
-    )
-
-
-# --- group lock primitives ------------------------------------------------------------------
-
-
-def pg_lock_timeout(milliseconds: int) -> Select[Any]:
-    """``SET LOCAL lock_timeout`` with a bound value (SET itself takes no parameters)."""
-    return select(func.set_config("lock_timeout", f"{milliseconds}ms", literal(True)))
-
-
-def pg_advisory_xact_lock(key: int) -> Select[Any]:
-    return select(func.pg_advisory_xact_lock(key))
-
-
-def pg_try_advisory_xact_lock(key: int) -> Select[Any]:
-    return select(func.pg_try_advisory_xact_lock(key))
-
-
-def mysql_get_lock(name: str, timeout_seconds: float) -> Select[Any]:
-    """1 = obtained, 0 = timed out, NULL = error."""
-    return select(func.get_lock(name, timeout_seconds))
-
-
-def mysql_release_lock(name: str) -> Select[Any]:
-    return select(func.release_lock(name))
-
-
-# --- database source ------------------------------------------------------------------------
-
-
-def pending_outbox(
-    outbox: Table, queues: Sequence[str], now: datetime, limit: int, family: str
-) -> Select[Any]:
-    """Committed due pending rows of our queues, most urgent first, locked for us."""
-    o = outbox.c
-    stmt = (
-        select(
-            o.id,
-            o.event_id,
-            o.queue,
-            o.priority,
-            o.serial_group,
-            o.key,
-            o.type,
-            o.payload,
-            o.headers,
-            o.occurred_at,
-        )
-        .where(o.status == states.PENDING, o.queue.in_(list(queues)), o.available_at <= now)
-        .order_by(o.priority, o.id)
-        .limit(limit)
-    )
-    if family != "sqlite":  # SQLite: BEGIN IMMEDIATE already made us the only writer
-        stmt = stmt.with_for_update(skip_locked=True)
-    return stmt
-
-
-def mark_outbox_sent(outbox: Table, ids: Sequence[int], now: datetime) -> Update:
-    o = outbox.c
-    return (
-        update(outbox)
-        .where(o.id.in_(list(ids)), o.status == states.PENDING)
-        .values(status=states.SENT, sent_at=now)
     )

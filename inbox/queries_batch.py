@@ -9,7 +9,6 @@ parameters, so each compiles once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -35,8 +34,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 
 from inbox.queries import _loaded, _ordering_states, claimable
-from inbox.rules import StepAside
+from inbox.rules import SkipRetry
 from outbox import states
+from outbox.dialect import Dialect
 
 # The kinds of row ``group_views`` returns.
 BUSY = "busy"
@@ -45,7 +45,7 @@ OUTBOX_HEAD = "outbox"
 
 
 @lru_cache(maxsize=64)
-def locked_candidates(table: Table, family: str) -> Select[Any]:
+def locked_candidates(table: Table, dialect: Dialect) -> Select[Any]:
     """``queries.candidates`` (ready rows, due retries, expired claims, most urgent first),
     each branch locking what it returns with ``SKIP LOCKED``: two claimers read disjoint
     candidates instead of racing for the same ones. SQLite: ``BEGIN IMMEDIATE`` already made
@@ -67,8 +67,7 @@ def locked_candidates(table: Table, family: str) -> Select[Any]:
             .order_by(t.priority, t.seq)
             .limit(limit)
         )
-        if family != "sqlite":
-            branch = branch.with_for_update(skip_locked=True)
+        branch = dialect.skip_locked(branch)
         branches.append(branch.subquery(f"by_state_{index}"))
     merged = union_all(*(select(branch) for branch in branches)).subquery("candidates")
     m = merged.c
@@ -88,32 +87,9 @@ def lock_rows(table: Table) -> Select[Any]:
     )
 
 
-def lock_parameters(values: Sequence[Any]) -> dict[str, Any]:
-    return {f"k{i}": value for i, value in enumerate(values)}
-
-
-@lru_cache(maxsize=1024)
-def try_locks_pg(count: int) -> Select[Any]:
-    """One row: ``pg_try_advisory_xact_lock`` per group key (``k0`` ...), in order; held
-    until commit."""
-    return select(*(func.pg_try_advisory_xact_lock(bindparam(f"k{i}")) for i in range(count)))
-
-
-@lru_cache(maxsize=1024)
-def get_locks_mysql(count: int) -> Select[Any]:
-    """One row: ``GET_LOCK(name, 0)`` per group (``k0`` ...): 1 obtained, 0 busy, NULL
-    error."""
-    return select(*(func.get_lock(bindparam(f"k{i}"), 0) for i in range(count)))
-
-
-@lru_cache(maxsize=1024)
-def release_locks_mysql(count: int) -> Select[Any]:
-    return select(*(func.release_lock(bindparam(f"k{i}")) for i in range(count)))
-
-
 @lru_cache(maxsize=64)
 def group_views(
-    inbox: Table, outbox: Table | None, skip_retry: StepAside, broker: bool, family: str
+    inbox: Table, outbox: Table | None, skip_retry: SkipRetry, broker: bool, dialect: Dialect
 ) -> Select[Any]:
     """What the claimer needs to decide for each of ``groups``, in ONE statement (one
     snapshot, see ``queries.any_of``): its processing and halted rows (``busy``), its head
@@ -125,7 +101,7 @@ def group_views(
     Parameters: consumer, groups, queues, now, and with ``broker`` sent_since.
     PostgreSQL: one LATERAL ``ORDER BY ... LIMIT 1`` per group (see ``_group_views_pg``).
     """
-    if family == "postgresql":
+    if dialect.family == "postgresql":
         return _group_views_pg(inbox, outbox, skip_retry, broker)
     t = inbox.c
     now: BindParameter[Any] = bindparam("now")
@@ -166,7 +142,7 @@ def group_views(
 
 
 def _group_views_pg(
-    inbox: Table, outbox: Table | None, skip_retry: StepAside, broker: bool
+    inbox: Table, outbox: Table | None, skip_retry: SkipRetry, broker: bool
 ) -> Select[Any]:
     """``group_views`` on PostgreSQL: for each name of ``groups`` (an array), LATERAL reads of
     that one group: index seeks of ``ix_inbox_group`` and ``ix_outbox_group`` that stop at

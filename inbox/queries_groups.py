@@ -14,26 +14,21 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Insert, Integer, Select, Table, Update, bindparam, select, true, update
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+from outbox.dialect import Dialect
 
 
 @lru_cache(maxsize=16)
-def mark(table: Table, family: str) -> Insert:
-    """Executed with one ``{"consumer", "serial_group", "needs_check": True}`` per group."""
+def mark(table: Table, dialect: Dialect) -> Insert:
+    """Executed with one ``{"consumer", "serial_group", "needs_check": True}`` per group.
+    The new value is a literal, not a parameter: PyMySQL's executemany cannot take a
+    parameter after VALUES (...) (it rewrites the statement into one multi-row INSERT)."""
     keys = [table.c.consumer, table.c.serial_group]
-    if family == "postgresql":
-        pg = postgresql.insert(table)
-        return pg.on_conflict_do_update(index_elements=keys, set_={"needs_check": true()})
-    if family == "sqlite":
-        lite = sqlite.insert(table)
-        return lite.on_conflict_do_update(index_elements=keys, set_={"needs_check": true()})
-    # A literal, not a parameter: PyMySQL's executemany cannot take a parameter after
-    # VALUES (...) (it rewrites the statement into one multi-row INSERT).
-    return mysql.insert(table).on_duplicate_key_update(needs_check=true())
+    return dialect.upsert(table, keys, {"needs_check": true()})
 
 
 @lru_cache(maxsize=16)
-def to_check(table: Table, family: str, first: bool) -> Select[Any]:
+def to_check(table: Table, dialect: Dialect, first: bool) -> Select[Any]:
     """Up to ``limit`` marked groups of ``consumer`` in name order (an index range, however
     many groups the consumer has), after ``after`` unless ``first``; each row locked
     ``SKIP LOCKED``: a row a marker holds is left marked, so the clear never waits for a
@@ -49,7 +44,7 @@ def to_check(table: Table, family: str, first: bool) -> Select[Any]:
         .order_by(t.serial_group)
         .limit(bindparam("limit", type_=Integer))
     )
-    return stmt if family == "sqlite" else stmt.with_for_update(skip_locked=True)
+    return dialect.skip_locked(stmt)
 
 
 @lru_cache(maxsize=16)

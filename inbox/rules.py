@@ -6,7 +6,6 @@ database and these functions agree on random groups.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,33 +14,11 @@ from typing import Literal
 from outbox import states
 from outbox.backoff import Backoff
 
-# Upper 32 bits of every PostgreSQL advisory key we take: "OBX1". Other advisory locks of
-# the application use other namespaces and never collide with ours.
-PG_LOCK_NAMESPACE = 0x4F425831
-MYSQL_LOCK_PREFIX = "obx:"
-
 OnRetry = Literal["block", "skip"]
 OnDead = Literal["continue", "halt"]
-# Whose retry rows step aside during their backoff: all (True), none (False), these queues.
-StepAside = bool | tuple[str, ...]
-
-
-def _digest(consumer: str, group: str, size: int) -> bytes:
-    # The NUL separator keeps ("a", "bc") and ("ab", "c") apart.
-    return hashlib.blake2b(f"{consumer}\0{group}".encode(), digest_size=size).digest()
-
-
-def pg_lock_key(consumer: str, group: str) -> int:
-    """Signed 64-bit advisory key: namespace in the upper 32 bits, a hash of (consumer,
-    group) in the lower 32. A hash collision only serialises two groups, never breaks one."""
-    low = int.from_bytes(_digest(consumer, group, 4), "big")
-    return (PG_LOCK_NAMESPACE << 32) | low
-
-
-def mysql_lock_name(consumer: str, group: str) -> str:
-    """``GET_LOCK`` names are limited to 64 characters; groups may be 255: hash them (128
-    bits, 36 characters in all)."""
-    return MYSQL_LOCK_PREFIX + _digest(consumer, group, 16).hex()
+# Whose retry rows are skipped (on_retry="skip") during their backoff: all (True), none
+# (False), these queues.
+SkipRetry = bool | tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -80,7 +57,8 @@ def blocker(row: Row, group: Iterable[Row], now: datetime, on_retry: Policy) -> 
 
     Exclusion: anything processing (or halted) in the group. Ordering: any row in line with a
     smaller (priority, seq). The first alone lets an urgent newcomer run beside a running
-    lower-priority message; the second alone is the seed-000 inversion.
+    lower-priority message; the second alone lets an older lower-priority job block newer
+    urgent ones (the inversion G6 forbids).
     """
     for other in group:
         if other.id == row.id:

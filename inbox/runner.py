@@ -19,14 +19,14 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from inbox import queries, rules
+from inbox import queries, queries_finish, rules
 from inbox.claims import Claim, Claimer
 from inbox.consumer import Consumer, InboxMessage
 from inbox.group_state import mark_groups
 from outbox import metrics, states
 from outbox.clock import utcnow
 from outbox.schema import schema_for
-from outbox.wire import H_KEY
+from outbox.wire import H_KEY, row_headers
 
 log = logging.getLogger("inbox.runner")
 
@@ -119,7 +119,9 @@ class Runner:
                 try:
                     handler(session, msg)
                     finished = session.execute(
-                        queries.finish_done(self.inbox, claim.row_id, claim.token, self.clock())
+                        queries_finish.finish_done(
+                            self.inbox, claim.row_id, claim.token, self.clock()
+                        )
                     )
                     if finished.rowcount != 1:  # type: ignore[attr-defined]
                         session.rollback()
@@ -151,7 +153,7 @@ class Runner:
             try:
                 with self.engine.begin() as conn:
                     renewed = conn.execute(
-                        queries.renew_lease(self.inbox, claim.row_id, claim.token, lease)
+                        queries_finish.renew_lease(self.inbox, claim.row_id, claim.token, lease)
                     ).rowcount
             except Exception as exc:  # the database is away: the next beat tries again
                 log.warning("inbox row %s: lease not renewed: %s", claim.row_id, exc)
@@ -171,7 +173,7 @@ class Runner:
         try:
             with self.engine.begin() as conn:
                 changed = conn.execute(
-                    queries.finish_failed(
+                    queries_finish.finish_failed(
                         self.inbox,
                         claim.row_id,
                         claim.token,
@@ -217,7 +219,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _message(row: Any, attempt: int) -> InboxMessage:
-    headers = dict(row.headers or {})
+    headers = row_headers(row)
     key = headers.pop(H_KEY, None)
     return InboxMessage(
         event_id=row.event_id,

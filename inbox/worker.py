@@ -16,10 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, Inspector, inspect
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import Engine
 
-from inbox import queries
 from inbox import queries_batch as q
 from inbox.batch_claims import BatchClaimer
 from inbox.batch_runner import BatchRunner
@@ -34,11 +32,11 @@ from inbox.consumer import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
 from inbox.leases import LeaseKeeper
 from inbox.runner import DONE, LOST, _frees_group
+from inbox.startup import brief, holds_outbox
 from outbox import metrics, states
 from outbox.backoff import outage_delay
 from outbox.clock import utcnow
-from outbox.errors import SchemaError
-from outbox.schema import schema_for
+from outbox.dialect import POSTGRESQL, dialect_of
 from outbox.stop_signals import install_stop_signals
 from outbox.transport import Source
 
@@ -89,7 +87,7 @@ class Worker:
         self.started_unreachable = False
         self.created = time.monotonic()
         if job_queue is None:
-            holds = _holds_outbox(engine, consumer, self.options.time_limit)
+            holds = holds_outbox(engine, consumer, self.options.time_limit)
             self.started_unreachable = holds is None
             job_queue = bool(holds)
         self.claimer = Claimer(consumer, engine, job_queue=job_queue, broker=broker)
@@ -130,45 +128,15 @@ class Worker:
             target=self.leases.run, args=(beat_stop,), name="inbox-heartbeat", daemon=True
         )
         beat.start()
-        if self.engine.dialect.name == "postgresql":
+        if dialect_of(self.engine).notifies:
             threads.append(
                 threading.Thread(target=self._listen_loop, name="inbox-listen", daemon=True)
             )
         for thread in threads:
             thread.start()
         started = time.monotonic()
-        last_pass = last_idle_check = started
-        last_full_pass = started - self.options.full_head_pass_interval  # one at start
-        # The idle check reads the whole unfinished set: only when nothing happened for a
-        # while, and not more often than this.
-        quiet = max(0.5, self.options.poll_interval)
-        idle_seen = 0
         try:
-            while not self.stop.wait(min(0.2, self.options.poll_interval)):
-                now = time.monotonic()
-                limit = self.options.time_limit
-                if limit is not None and now - started >= limit:
-                    log.info("time limit of %ss reached", limit)
-                    self.exit_reason = "time limit"
-                    break
-                if now - last_full_pass >= self.options.full_head_pass_interval:
-                    last_full_pass = last_pass = now
-                    self._safely(self.full_head_pass)
-                elif now - last_pass >= self.options.head_pass_interval:
-                    last_pass = now
-                    self._safely(self.claimer.head_pass)
-                if (
-                    self.options.stop_when_idle
-                    and now - self.last_busy >= quiet
-                    and now - last_idle_check >= quiet
-                ):
-                    last_idle_check = now
-                    idle = self.source_empty and bool(self._safely(self.claimer.idle))
-                    idle_seen = idle_seen + 1 if idle else 0
-                    if idle_seen >= 2:
-                        log.info("idle: stopping")
-                        self.exit_reason = "idle"
-                        break
+            self._supervise(_Schedule(started, self.options))
         finally:
             self.stop.set()
             self.claim_wake.set()
@@ -180,6 +148,49 @@ class Worker:
             log.info("%s", self.summary(time.monotonic() - started))
             uninstall()
         return 0
+
+    def _supervise(self, schedule: _Schedule) -> None:
+        """Until stopped: the time limit, the head-of-group passes, the idle check."""
+        while not self.stop.wait(min(0.2, self.options.poll_interval)):
+            now = time.monotonic()
+            if self._time_up(schedule, now):
+                return
+            self._head_passes(schedule, now)
+            if self._idle_for_good(schedule, now):
+                return
+
+    def _time_up(self, schedule: _Schedule, now: float) -> bool:
+        limit = self.options.time_limit
+        if limit is None or now - schedule.started < limit:
+            return False
+        log.info("time limit of %ss reached", limit)
+        self.exit_reason = "time limit"
+        return True
+
+    def _head_passes(self, schedule: _Schedule, now: float) -> None:
+        if now - schedule.last_full_pass >= self.options.full_head_pass_interval:
+            schedule.last_full_pass = schedule.last_pass = now
+            self._safely(self.full_head_pass)
+        elif now - schedule.last_pass >= self.options.head_pass_interval:
+            schedule.last_pass = now
+            self._safely(self.claimer.head_pass)
+
+    def _idle_for_good(self, schedule: _Schedule, now: float) -> bool:
+        """With ``stop_when_idle``: idle at two checks in a row. The check reads the whole
+        unfinished set: only when nothing happened for a while, and not more often."""
+        if not self.options.stop_when_idle:
+            return False
+        quiet = schedule.quiet
+        if now - self.last_busy < quiet or now - schedule.last_idle_check < quiet:
+            return False
+        schedule.last_idle_check = now
+        idle = self.source_empty and bool(self._safely(self.claimer.idle))
+        schedule.idle_seen = schedule.idle_seen + 1 if idle else 0
+        if schedule.idle_seen < 2:
+            return False
+        log.info("idle: stopping")
+        self.exit_reason = "idle"
+        return True
 
     def summary(self, seconds: float) -> str:
         """What this run did, in one line (halted counts as failed: both are dead)."""
@@ -214,7 +225,7 @@ class Worker:
             except Exception as exc:
                 failures += 1
                 self.source_empty = False
-                log.error("source failed (%s in a row): %s", failures, _brief(exc))
+                log.error("source failed (%s in a row): %s", failures, brief(exc))
                 self.stop.wait(outage_delay(failures))
                 continue
             failures = 0
@@ -246,7 +257,7 @@ class Worker:
                 failures = 0
             except Exception as exc:  # the database went away: back off, never die
                 failures += 1
-                log.error("handler loop error (%s in a row): %s", failures, _brief(exc))
+                log.error("handler loop error (%s in a row): %s", failures, brief(exc))
                 self.stop.wait(outage_delay(failures))
                 continue
             if claimed:
@@ -294,27 +305,30 @@ class Worker:
         return min(poll, ahead) if ahead > 0 else poll
 
     def _listen_loop(self) -> None:
-        import psycopg
-
-        url = self.engine.url.set(drivername="postgresql")
-        channel = self.consumer.config.notify_channel
-        mine = wake_payload(self.consumer)
-        queues = set(self.consumer.queues)
+        conninfo = self.engine.url.set(drivername="postgresql").render_as_string(
+            hide_password=False
+        )
         while not self.stop.is_set():
             try:
-                with psycopg.connect(
-                    url.render_as_string(hide_password=False), autocommit=True
-                ) as conn:
-                    conn.execute(queries.listen(channel))
-                    while not self.stop.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            if note.payload == mine:
-                                self.claim_wake.set()
-                            elif note.payload in queues:
-                                self.source.wake()
+                self._listen(conninfo)
             except Exception as exc:
                 log.warning("LISTEN connection lost: %s", exc)
                 self.stop.wait(1.0)
+
+    def _listen(self, conninfo: str) -> None:
+        """Wake the handler threads on this consumer's NOTIFY, the source on its queues'."""
+        import psycopg
+
+        mine = wake_payload(self.consumer)
+        queues = set(self.consumer.queues)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(POSTGRESQL.listen(self.consumer.config.notify_channel))
+            while not self.stop.is_set():
+                for note in conn.notifies(timeout=0.5):
+                    if note.payload == mine:
+                        self.claim_wake.set()
+                    elif note.payload in queues:
+                        self.source.wake()
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -342,43 +356,21 @@ def _nothing() -> None:
     pass
 
 
-def _brief(exc: BaseException) -> str:
-    """The driver's own message: a batch statement with its parameters would fill pages."""
-    return str(getattr(exc, "orig", None) or exc).strip()
+@dataclass
+class _Schedule:
+    """When the supervising loop last did what (``time.monotonic()``)."""
 
+    started: float
+    options: WorkerOptions
+    last_pass: float = 0.0
+    last_full_pass: float = 0.0
+    last_idle_check: float = 0.0
+    idle_seen: int = 0
 
-def _require_inbox_tables(inspector: Inspector, consumer: Consumer) -> None:
-    """Refuse to start on a database the migrations have not brought to this version: every
-    batch would fail at its commit (a missing table) and run its handlers again and again,
-    so whatever they do outside the database would be done many times."""
-    schema = schema_for(consumer.config)
-    missing = [t.name for t in (schema.inbox, schema.groups) if not inspector.has_table(t.name)]
-    if missing:
-        raise SchemaError(
-            f"missing table(s) {', '.join(missing)}: the database schema is older than this "
-            "worker. Run `outbox migrate --dsn ...` first (or add the package's migrations to "
-            "your own Alembic history)"
-        )
+    def __post_init__(self) -> None:
+        self.last_pass = self.last_idle_check = self.started
+        self.last_full_pass = self.started - self.options.full_head_pass_interval  # at start
 
-
-def _holds_outbox(engine: Engine, consumer: Consumer, time_limit: float | None) -> bool | None:
-    """Does this database hold the outbox (the job-queue deployment)? Asked at start, with
-    the check that the inbox tables are there (``SchemaError`` if not), when a lost
-    connection must not end the worker any more than later: tried until it answers, or None
-    once the worker's time limit has passed (the relay, too, outlasts an outage within its
-    time limit and exits 0)."""
-    table = schema_for(consumer.config).outbox.name
-    started = time.monotonic()
-    failures = 0
-    while True:
-        try:
-            inspector = inspect(engine)
-            _require_inbox_tables(inspector, consumer)
-            return inspector.has_table(table)
-        except OperationalError as exc:
-            failures += 1
-            log.error("database not reachable at start (%s in a row): %s", failures, _brief(exc))
-            delay = outage_delay(failures)
-            if time_limit is not None and time.monotonic() - started + delay > time_limit:
-                return None
-            time.sleep(delay)
+    @property
+    def quiet(self) -> float:
+        return max(0.5, self.options.poll_interval)

@@ -67,16 +67,6 @@ def make_engine(dsn: str | URL, **kwargs: Any) -> Engine:
     return engine
 
 
-def read_committed(engine: Engine) -> Engine:
-    """The engine, on MariaDB/MySQL with READ COMMITTED, PostgreSQL's default: each statement
-    sees what others committed before it (a group lock holder's claim), and InnoDB takes no
-    next-key locks on the ranges it reads, which under REPEATABLE READ deadlocked batches
-    with other workers' ingest and claims. PostgreSQL and SQLite: the engine itself."""
-    if engine.dialect.name in ("mysql", "mariadb"):
-        return engine.execution_options(isolation_level="READ COMMITTED")
-    return engine
-
-
 # A connection checked in less than this ago is handed out without a ping.
 IDLE_BEFORE_PING = 1.0
 

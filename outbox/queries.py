@@ -1,6 +1,6 @@
 """Every SQL statement of the producer side, one function per statement.
 
-Dialect differences live here and nowhere else: PostgreSQL and SQLite refuse duplicates with
+The producer's dialect differences: PostgreSQL and SQLite refuse duplicates with
 ``ON CONFLICT DO NOTHING ... RETURNING``; MariaDB/MySQL with an ``ON DUPLICATE KEY UPDATE`` that
 bumps ``store_conflicts`` so the rowcount says how many rows were duplicates. Neither raises,
 so the caller's transaction is never aborted (an error would poison a PostgreSQL transaction).
@@ -29,24 +29,16 @@ from sqlalchemy import (
     literal_column,
     select,
 )
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.sql.dml import Delete
 
-from outbox.errors import UnsupportedDatabaseError
-
-SUPPORTED_DIALECTS = ("postgresql", "mysql", "mariadb", "sqlite")
+from outbox.dialect import POSTGRESQL, SQLITE, dialect_of
 
 
 def dialect_family(conn: Connection) -> str:
-    """``postgresql``, ``mysql`` (MariaDB included) or ``sqlite``."""
-    name = conn.dialect.name
-    if name == "mariadb":
-        return "mysql"
-    if name not in SUPPORTED_DIALECTS:
-        raise UnsupportedDatabaseError(
-            f"dialect {name!r} is not supported (PostgreSQL, MariaDB/MySQL, SQLite are)"
-        )
-    return name
+    """``postgresql``, ``mysql`` (MariaDB included) or ``sqlite`` (for the operator
+    commands; the rest asks ``outbox.dialect`` directly)."""
+    return dialect_of(conn).family
 
 
 # Statements are built once per table and reused: SQLAlchemy then finds their compiled form
@@ -80,9 +72,8 @@ def insert_postgresql(table: Table, channel: str) -> Select[Any]:
         )
         arrays.append(cast(array, postgresql.JSONB()) if name in ("payload", "headers") else array)
     inserted = (
-        postgresql.insert(table)
+        POSTGRESQL.insert_or_ignore(table, ["event_id"])
         .from_select(list(_COLUMNS), select(*arrays))
-        .on_conflict_do_nothing(index_elements=["event_id"])
         .returning(table.c.event_id, table.c.queue)
         .cte("inserted")
     )
@@ -97,9 +88,8 @@ def insert_postgresql_one(table: Table, channel: str) -> Select[Any]:
     ``store()`` of one message is the common call.
     """
     inserted = (
-        postgresql.insert(table)
+        POSTGRESQL.insert_or_ignore(table, ["event_id"])
         .values({name: bindparam(name, type_=table.c[name].type) for name in _COLUMNS})
-        .on_conflict_do_nothing(index_elements=["event_id"])
         .returning(table.c.event_id, table.c.queue)
         .cte("inserted")
     )
@@ -114,10 +104,8 @@ def as_arrays(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
 @lru_cache(maxsize=32)
 def insert_sqlite(table: Table) -> Any:
     """Executed with a list of rows: SQLAlchemy batches them into multi-row INSERTs."""
-    return (
-        sqlite.insert(table)
-        .on_conflict_do_nothing(index_elements=["event_id"])
-        .returning(table.c.event_id, sort_by_parameter_order=True)
+    return SQLITE.insert_or_ignore(table, ["event_id"]).returning(
+        table.c.event_id, sort_by_parameter_order=True
     )
 
 

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from outbox import queries, states, validation
 from outbox.clock import utcnow
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.dialect import dialect_of
 from outbox.errors import DuplicateEventError, ValidationError
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, Serializer, serialize
@@ -100,8 +101,8 @@ def store_many(
 def _insert(conn: Connection, rows: list[dict[str, Any]], config: OutboxConfig) -> list[UUID]:
     event_ids: list[UUID] = [r["event_id"] for r in rows]
     table = schema_for(config).outbox
-    family = queries.dialect_family(conn)
-    if family == "postgresql":
+    dialect = dialect_of(conn)
+    if dialect.notifies:
         if len(rows) == 1:
             statement = queries.insert_postgresql_one(table, config.notify_channel)
             result = conn.execute(statement, rows[0])
@@ -110,7 +111,7 @@ def _insert(conn: Connection, rows: list[dict[str, Any]], config: OutboxConfig) 
             result = conn.execute(statement, queries.as_arrays(rows))
         inserted = {r[0] for r in result}
         duplicates = [e for e in event_ids if e not in inserted]
-    elif family == "sqlite":
+    elif dialect.returning:
         inserted = {r[0] for r in conn.execute(queries.insert_sqlite(table), rows)}
         duplicates = [e for e in event_ids if e not in inserted]
     else:

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, Dialect
-from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from outbox.dialect import AWARE_DATETIME_NAMES, column_types_of
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -23,9 +24,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name in ("mysql", "mariadb"):
-            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
-        return dialect.type_descriptor(DateTime(timezone=True))
+        return dialect.type_descriptor(column_types_of(dialect).datetime_type())
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -33,7 +32,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
         value = value.astimezone(UTC)
-        if dialect.name == "postgresql":
+        if dialect.name in AWARE_DATETIME_NAMES:
             return value
         return value.replace(tzinfo=None)
 
@@ -61,9 +60,7 @@ class JSONDocument(TypeDecorator[Any]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.JSONB())
-        return dialect.type_descriptor(JSON())
+        return dialect.type_descriptor(column_types_of(dialect).json_type())
 
     def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
         def process(value: Any) -> Any:

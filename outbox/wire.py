@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from outbox.errors import OutboxError
-from outbox.serialization import decode
+from outbox.serialization import DEFAULT_SERIALIZER, decode, serialize
 
 SCHEMA_VERSION = "1"
 PREFIX = "outbox-"
@@ -88,6 +88,36 @@ class Envelope:
             return decode(self.body)
         except ValueError as exc:
             raise MalformedMessageError("body", f"not valid JSON: {exc}") from exc
+
+
+def row_headers(row: Any) -> dict[str, str]:
+    """The application headers of a stored row (outbox or inbox) as strings. A row written
+    by hand may hold something else than a JSON object there: refused with the reason."""
+    headers = row.headers or {}
+    if not isinstance(headers, dict):
+        raise TypeError(f"headers: expected a JSON object, got {type(headers).__name__}")
+    return {str(k): str(v) for k, v in headers.items()}
+
+
+def envelope_from_row(row: Any) -> Envelope:
+    """The message of an outbox row, for the relay and the database source alike.
+
+    The column holds a JSON document (JSONB reorders keys); the body is its compact, strict
+    re-serialisation, identical whatever the database. Raises ``TypeError`` or
+    ``ValueError`` (``PayloadError``) for a row that cannot be a message.
+    """
+    return Envelope(
+        event_id=row.event_id,
+        type=row.type,
+        queue=row.queue,
+        priority=row.priority,
+        outbox_id=row.id,
+        occurred_at=row.occurred_at,
+        body=serialize("payload", row.payload, DEFAULT_SERIALIZER),
+        serial_group=row.serial_group,
+        key=row.key,
+        headers=row_headers(row),
+    )
 
 
 def routing_name(queue: str, priority: int) -> str:

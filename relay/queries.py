@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from psycopg import sql as pg_sql
 from sqlalchemy import (
     Select,
     Table,
@@ -167,8 +166,3 @@ def relaxed_commit() -> TextClause:
     allow; a lost refusal mark costs one extra try. It saves an fsync per batch.
     """
     return text("SET LOCAL synchronous_commit = off")
-
-
-def listen(channel: str) -> pg_sql.Composed:
-    """``LISTEN <channel>`` with the channel quoted as an identifier (never pasted as text)."""
-    return pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel))

@@ -27,21 +27,21 @@ from outbox import states
 from outbox.backoff import Backoff, outage_delay
 from outbox.clock import utcnow
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.dialect import READ_COMMITTED, dialect_of
 from outbox.dsn import make_engine, mask
 from outbox.errors import ConfigError
 from outbox.metrics import Metrics
 from outbox.schema import schema_for
-from outbox.serialization import DEFAULT_SERIALIZER
 from outbox.transport import BrokerUnavailable, Outgoing, Publisher
 from outbox.validation import check_queue
-from outbox.wire import Envelope
+from outbox.wire import Envelope, envelope_from_row
 from relay import queries
+from relay.key_order import chain, due_prefixes, waves
 from relay.sqlite_guard import SQLiteRelayLock
 from relay.wakeup import PgNotifyWaker, PollWaker, Waker
 
 log = logging.getLogger("relay")
 MAX_ERROR_LENGTH = 2000
-READ_COMMITTED = "READ COMMITTED"
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ class Relay:
         # A registry of its own unless told otherwise: several relays in one test process.
         self.metrics = metrics if metrics is not None else Metrics()
         self.table = schema_for(self.settings.config).outbox
-        self.family = engine.dialect.name if engine.dialect.name != "mariadb" else "mysql"
-        if self.family == "mysql":
+        self.dialect = dialect_of(engine)
+        if self.dialect.gap_locks:
             # No gap locks: under REPEATABLE READ the batch's FOR UPDATE would lock the gap
             # producers insert into, stalling them for a whole broker round trip. An engine of
             # our own at that level, not execution_options on the caller's: the pool would
@@ -190,7 +190,7 @@ class Relay:
             self.publisher.connect()
             self._connected = True
         try:
-            result = self._sqlite_batch() if self.family == "sqlite" else self._locked_batch()
+            result = self._locked_batch() if self.dialect.row_locks else self._sqlite_batch()
         except BrokerUnavailable:
             self._connected = False
             raise
@@ -221,7 +221,7 @@ class Relay:
             rows = self._fetch(conn, now, lock=True)
             if not rows:
                 return BatchResult()
-            if self.family == "postgresql":
+            if self.dialect.relaxed_commit:
                 conn.execute(queries.relaxed_commit())
             outcome = self._publish(rows)
             return self._record(conn, rows, outcome, self.clock())
@@ -246,7 +246,7 @@ class Relay:
         heads = [(r.queue, r.priority, r.key, r.id) for r in rows if r.key is not None]
         if not heads or len(rows) >= limit:
             return rows
-        if self.family == "mysql":
+        if self.dialect.waiting_scan_deadlocks:
             # InnoDB: the followers' locking scan (no SKIP LOCKED, on purpose) waits on index
             # records another relay's mark-sent UPDATE holds while that UPDATE waits on ours:
             # a deadlock (1213) whose victim may be an already-published batch, which would
@@ -271,7 +271,7 @@ class Relay:
         for wave in waves(rows):
             batch: list[Outgoing] = []
             for row in wave:
-                if _chain(row) in refused_chains:
+                if chain(row) in refused_chains:
                     continue
                 try:
                     batch.append(Outgoing(row.id, envelope_of(row)))
@@ -282,7 +282,7 @@ class Relay:
                 outcome[item.row_id] = verdicts.get(item.row_id, "no verdict from the publisher")
             for row in wave:
                 if row.key is not None and outcome.get(row.id) is not None:
-                    refused_chains.add(_chain(row))
+                    refused_chains.add(chain(row))
         return outcome
 
     def _record(
@@ -348,14 +348,14 @@ class Relay:
         self._stopping.wait(delay)
 
     def _sqlite_guard(self) -> SQLiteRelayLock | None:
-        if self.family != "sqlite":
+        if self.dialect.row_locks:
             return None
         guard = SQLiteRelayLock(self.engine.url.database)
         guard.acquire()
         return guard
 
     def _waker(self) -> Waker:
-        if self.family == "postgresql" and self.settings.use_notify:
+        if self.dialect.notifies and self.settings.use_notify:
             return PgNotifyWaker(
                 self.engine.url, self.settings.config.notify_channel, self._stopping
             )
@@ -367,58 +367,7 @@ def envelope_of(row: Row[Any]) -> Envelope:
     # here, with the reason: a name the broker cannot take can close the channel or, for a
     # trailing newline, hang RabbitMQ's queue.declare.
     check_queue(row.queue)
-    headers = row.headers or {}
-    if not isinstance(headers, dict):
-        raise TypeError(f"headers: expected a JSON object, got {type(headers).__name__}")
-    return Envelope(
-        event_id=row.event_id,
-        type=row.type,
-        queue=row.queue,
-        priority=row.priority,
-        outbox_id=row.id,
-        occurred_at=row.occurred_at,
-        # The column holds a JSON document (JSONB reorders keys); the body is its compact,
-        # strict re-serialisation, identical whatever the database.
-        body=DEFAULT_SERIALIZER.dumps(row.payload),
-        serial_group=row.serial_group,
-        key=row.key,
-        headers={str(k): str(v) for k, v in headers.items()},
-    )
-
-
-def due_prefixes(rows: Sequence[Row[Any]], now: datetime) -> list[Row[Any]]:
-    """Per (queue, priority, key), the rows in id order up to the first one not due yet:
-    a row waiting out a backoff or a delay holds back the rest of its key."""
-    blocked: set[tuple[str, int, str]] = set()
-    out: list[Row[Any]] = []
-    for row in sorted(rows, key=lambda r: r.id):
-        if _chain(row) in blocked:
-            continue
-        if row.available_at > now:
-            blocked.add(_chain(row))
-            continue
-        out.append(row)
-    return out
-
-
-def waves(rows: Sequence[Row[Any]]) -> list[list[Row[Any]]]:
-    """Split a batch so that each wave holds at most one row per key, in id order: wave n
-    has the n-th row of every key; rows without a key all go in wave 0."""
-    depth: dict[tuple[str, int, str], int] = {}
-    out: list[list[Row[Any]]] = []
-    for row in sorted(rows, key=lambda r: (r.priority, r.id)):
-        index = 0
-        if row.key is not None:
-            index = depth.get(_chain(row), 0)
-            depth[_chain(row)] = index + 1
-        while len(out) <= index:
-            out.append([])
-        out[index].append(row)
-    return out
-
-
-def _chain(row: Row[Any]) -> tuple[str, int, str]:
-    return (row.queue, row.priority, row.key)
+    return envelope_from_row(row)
 
 
 __all__ = ["BatchResult", "Relay", "RelaySettings", "RelayStats"]

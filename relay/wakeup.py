@@ -16,8 +16,8 @@ from typing import Protocol
 import psycopg
 from sqlalchemy.engine import URL
 
+from outbox.dialect import POSTGRESQL
 from outbox.dsn import mask
-from relay import queries
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class PgNotifyWaker:
         if self._conn is None or self._conn.closed:
             try:
                 conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5)
-                conn.execute(queries.listen(self._channel))
+                conn.execute(POSTGRESQL.listen(self._channel))
                 self._conn = conn
             except psycopg.Error as exc:
                 log.warning("LISTEN unavailable, polling instead: %s", mask(str(exc)))

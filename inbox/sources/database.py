@@ -13,18 +13,16 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Engine
 
-from inbox import queries
+from inbox import queries_ingest as queries
 from inbox.ingest import InboxIngest
 from outbox.clock import utcnow
-from outbox.queries import dialect_family
+from outbox.dialect import dialect_of
 from outbox.schema import schema_for
-from outbox.serialization import DEFAULT_SERIALIZER, serialize
 from outbox.transport import Ingest
-from outbox.wire import Envelope
+from outbox.wire import envelope_from_row
 
 log = logging.getLogger("inbox.sources.database")
 
@@ -40,6 +38,7 @@ class DatabaseSource:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.engine = engine
+        self.dialect = dialect_of(engine)
         self.queues = list(queues)
         self.clock = clock
         # Set by the worker's listener on a NOTIFY; polled otherwise.
@@ -63,14 +62,13 @@ class DatabaseSource:
     def _take(self, target: InboxIngest, limit: int) -> int:
         outbox = schema_for(target.consumer.config).outbox
         with self.engine.begin() as conn:
-            family = dialect_family(conn)
             now = self.clock()
             rows = conn.execute(
-                queries.pending_outbox(outbox, self.queues, now, limit, family)
+                queries.pending_outbox(outbox, self.queues, now, limit, self.dialect)
             ).all()
             if not rows:
                 return 0
-            result = target.within(conn, [_envelope(r) for r in rows])
+            result = target.within(conn, [envelope_from_row(r) for r in rows])
             conn.execute(queries.mark_outbox_sent(outbox, [r.id for r in rows], now))
         if target.on_ingested is not None:
             target.on_ingested(result)
@@ -82,19 +80,3 @@ class DatabaseSource:
     def close(self) -> None:
         self._closed = True
         self._wake.set()
-
-
-def _envelope(row: Any) -> Envelope:
-    return Envelope(
-        event_id=row.event_id,
-        type=row.type,
-        queue=row.queue,
-        priority=row.priority,
-        outbox_id=row.id,
-        occurred_at=row.occurred_at,
-        # The column hands back the decoded document; the inbox stores JSON text again.
-        body=serialize("payload", row.payload, DEFAULT_SERIALIZER),
-        serial_group=row.serial_group,
-        key=row.key,
-        headers=dict(row.headers or {}),
-    )

@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from inbox import Consumer, InboxMessage, queries
+from inbox import Consumer, InboxMessage, queries, queries_finish, queries_ingest
 from inbox.sources import source_from_url
 from inbox.sources.database import DatabaseSource
+from outbox import dialect as seam
 from outbox import inbox_table, outbox_table
 from outbox.errors import ConfigError
 
@@ -94,9 +95,9 @@ def _statements() -> list[Any]:
         queries.claim(t, 1, uuid4(), NOW, NOW),
         queries.mark_waiting(t, 1, NOW),
         queries.load(t, 1),
-        queries.renew_lease(t, 1, uuid4(), NOW),
-        queries.finish_done(t, 1, uuid4(), NOW),
-        queries.finish_failed(
+        queries_finish.renew_lease(t, 1, uuid4(), NOW),
+        queries_finish.finish_done(t, 1, uuid4(), NOW),
+        queries_finish.finish_failed(
             t, 1, uuid4(), state="retry", available_at=NOW, last_error="x", now=NOW
         ),
         queries.group_head(t, "c", "g", NOW, False),
@@ -104,16 +105,17 @@ def _statements() -> list[Any]:
         queries.waiting_heads(t, "c", NOW, False),
         queries.state_counts(t, "c"),
         queries.unblock(t, "c", "g"),
-        queries.mark_outbox_sent(outbox_table, [1, 2], NOW),
-        ("postgresql", queries.ingest_returning("postgresql", t).values(rows)),
-        ("sqlite", queries.ingest_returning("sqlite", t).values(rows)),
-        ("mysql", queries.ingest_mysql(t).values(rows)),
+        queries_ingest.mark_outbox_sent(outbox_table, [1, 2], NOW),
+        ("postgresql", queries_ingest.ingest_returning(seam.POSTGRESQL, t).values(rows)),
+        ("sqlite", queries_ingest.ingest_returning(seam.SQLITE, t).values(rows)),
+        ("mysql", queries_ingest.ingest_mysql(t).values(rows)),
         ("postgresql", queries.notify("outbox_relay", "inbox:c")),
-        ("postgresql", queries.pg_advisory_xact_lock(1)),
-        ("postgresql", queries.pg_try_advisory_xact_lock(1)),
-        ("postgresql", queries.pg_lock_timeout(100)),
-        ("mysql", queries.mysql_get_lock("obx:x", 0.5)),
-        ("mysql", queries.mysql_release_lock("obx:x")),
+        ("postgresql", seam.POSTGRESQL.notify("outbox_relay", "inbox:c")),
+        ("postgresql", seam.pg_advisory_xact_lock(1)),
+        ("postgresql", seam.pg_try_advisory_xact_lock(1)),
+        ("postgresql", seam.pg_lock_timeout(100)),
+        ("mysql", seam.mysql_get_lock("obx:x", 0.5)),
+        ("mysql", seam.mysql_release_lock("obx:x")),
     ]
 
 
@@ -128,8 +130,7 @@ def test_every_statement_compiles_with_bound_parameters(dialect: str) -> None:
             statement = item
         compiled = statement.compile(dialect=DIALECTS[dialect])
         assert str(compiled)
-    family = "sqlite" if dialect == "sqlite" else dialect
-    locked = queries.pending_outbox(outbox_table, ["jobs"], NOW, 10, family)
+    locked = queries_ingest.pending_outbox(outbox_table, ["jobs"], NOW, 10, seam.by_family(dialect))
     sql = str(locked.compile(dialect=DIALECTS[dialect]))
     assert ("SKIP LOCKED" in sql) == (dialect != "sqlite")
 
@@ -189,9 +190,9 @@ def test_queue_policies_override_the_consumer_defaults() -> None:
     )
     assert consumer.on_retry_for("media") == "skip" and consumer.on_retry_for("jobs") == "block"
     assert consumer.on_dead_for("pay") == "halt" and consumer.on_dead_for("media") == "continue"
-    assert consumer.step_aside == ("media",)
-    assert Consumer("c", queues=["jobs"], on_retry="skip").step_aside is True
-    assert Consumer("c", queues=["jobs"]).step_aside is False
+    assert consumer.skip_retry == ("media",)
+    assert Consumer("c", queues=["jobs"], on_retry="skip").skip_retry is True
+    assert Consumer("c", queues=["jobs"]).skip_retry is False
 
 
 @pytest.mark.parametrize("name", ["billing ", " billing", "billing\t"])

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from relay.relay import due_prefixes, waves
+from relay.key_order import due_prefixes, waves
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
+from outbox.dialect import POSTGRESQL
 from outbox.schema import outbox_table
 from relay import queries
 
@@ -67,5 +68,5 @@ def test_marks_are_conditional_on_pending(dialect: str) -> None:
 
 
 def test_listen_quotes_the_channel() -> None:
-    statement = queries.listen('odd"name')
+    statement = POSTGRESQL.listen('odd"name')
     assert statement.as_string() == 'LISTEN "odd""name"'

@@ -1,0 +1,79 @@
+"""The SQL that moves messages into the inbox: ingest (one statement per batch, a duplicate
+``(event_id, consumer)`` bumps ``duplicates`` instead of raising: ``ON CONFLICT DO UPDATE`` on
+PostgreSQL and SQLite, ``ON DUPLICATE KEY UPDATE`` on MariaDB/MySQL) and the database
+source's take of committed outbox rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Integer, Select, Table, Update, literal_column, select, update
+from sqlalchemy.dialects import mysql
+
+from outbox import states
+from outbox.dialect import Dialect
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def ingest_returning(dialect: Dialect, table: Table) -> Any:
+    """PostgreSQL / SQLite: insert; a duplicate bumps ``duplicates`` instead of raising.
+    Executed with the list of rows (SQLAlchemy's "insertmanyvalues": one compiled statement,
+    many rows per round trip).
+
+    RETURNING ``duplicates``: 0 for a row inserted now, >= 1 for a duplicate.
+    """
+    stmt = dialect.upsert(table, ["event_id", "consumer"], {"duplicates": table.c.duplicates + 1})
+    return stmt.returning(table.c.event_id, table.c.duplicates)
+
+
+@lru_cache(maxsize=64)
+def ingest_mysql(table: Table) -> Any:
+    """MariaDB/MySQL, executed with the list of rows: rowcount = inserted + 2 x duplicates
+    (the duplicate's counter changes)."""
+    # A constant, not a parameter: PyMySQL's executemany takes no parameter after VALUES.
+    one = literal_column("1", Integer())
+    return mysql.insert(table).on_duplicate_key_update(duplicates=table.c.duplicates + one)
+
+
+# --- database source ------------------------------------------------------------------------
+
+
+def pending_outbox(
+    outbox: Table, queues: Sequence[str], now: datetime, limit: int, dialect: Dialect
+) -> Select[Any]:
+    """Committed due pending rows of our queues, most urgent first, locked for us."""
+    o = outbox.c
+    stmt = (
+        select(
+            o.id,
+            o.event_id,
+            o.queue,
+            o.priority,
+            o.serial_group,
+            o.key,
+            o.type,
+            o.payload,
+            o.headers,
+            o.occurred_at,
+        )
+        .where(o.status == states.PENDING, o.queue.in_(list(queues)), o.available_at <= now)
+        .order_by(o.priority, o.id)
+        .limit(limit)
+    )
+    # SQLite: BEGIN IMMEDIATE already made us the only writer.
+    return dialect.skip_locked(stmt)
+
+
+def mark_outbox_sent(outbox: Table, ids: Sequence[int], now: datetime) -> Update:
+    o = outbox.c
+    return (
+        update(outbox)
+        .where(o.id.in_(list(ids)), o.status == states.PENDING)
+        .values(status=states.SENT, sent_at=now)
+    )

@@ -1,0 +1,61 @@
+"""What the worker checks before it starts: the inbox tables are there, and whether the
+database holds the outbox too (the job-queue deployment); both survive a database that is
+not reachable yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy import Engine, Inspector, inspect
+from sqlalchemy.exc import OperationalError
+
+from inbox.consumer import Consumer
+from outbox.backoff import outage_delay
+from outbox.errors import SchemaError
+from outbox.schema import schema_for
+
+log = logging.getLogger("inbox.worker")
+
+
+def brief(exc: BaseException) -> str:
+    """The driver's own message: a batch statement with its parameters would fill pages."""
+    return str(getattr(exc, "orig", None) or exc).strip()
+
+
+def require_inbox_tables(inspector: Inspector, consumer: Consumer) -> None:
+    """Refuse to start on a database the migrations have not brought to this version: every
+    batch would fail at its commit (a missing table) and run its handlers again and again,
+    so whatever they do outside the database would be done many times."""
+    schema = schema_for(consumer.config)
+    missing = [t.name for t in (schema.inbox, schema.groups) if not inspector.has_table(t.name)]
+    if missing:
+        raise SchemaError(
+            f"missing table(s) {', '.join(missing)}: the database schema is older than this "
+            "worker. Run `outbox migrate --dsn ...` first (or add the package's migrations to "
+            "your own Alembic history)"
+        )
+
+
+def holds_outbox(engine: Engine, consumer: Consumer, time_limit: float | None) -> bool | None:
+    """Does this database hold the outbox (the job-queue deployment)? Asked at start, with
+    the check that the inbox tables are there (``SchemaError`` if not), when a lost
+    connection must not end the worker any more than later: tried until it answers, or None
+    once the worker's time limit has passed (the relay, too, outlasts an outage within its
+    time limit and exits 0)."""
+    table = schema_for(consumer.config).outbox.name
+    started = time.monotonic()
+    failures = 0
+    while True:
+        try:
+            inspector = inspect(engine)
+            require_inbox_tables(inspector, consumer)
+            return inspector.has_table(table)
+        except OperationalError as exc:
+            failures += 1
+            log.error("database not reachable at start (%s in a row): %s", failures, brief(exc))
+            delay = outage_delay(failures)
+            if time_limit is not None and time.monotonic() - started + delay > time_limit:
+                return None
+            time.sleep(delay)

@@ -189,6 +189,8 @@ class Relay:
         if not self._connected:
             self.publisher.connect()
             self._connected = True
+            if self.stats.broker_errors:  # the operator sees when an outage ended
+                log.info("broker connected again (%d errors so far)", self.stats.broker_errors)
         try:
             result = self._locked_batch() if self.dialect.row_locks else self._sqlite_batch()
         except BrokerUnavailable:

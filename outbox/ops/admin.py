@@ -15,12 +15,12 @@ from sqlalchemy import Engine, Select, Update
 
 from outbox.ops import core
 from outbox.ops import queries as q
-from outbox.ops.core import ID_CHUNK, Progress, locking_reads, no_progress
+from outbox.ops.core import Progress, locking_reads, no_progress
 from outbox.ops.gauges import read_snapshot
 from outbox.schema import Schema
 
 __all__ = [
-    "ID_CHUNK", "MAX_COMPACT_BATCH", "CompactResult", "ConsumerStats", "QueueStats",
+    "MAX_COMPACT_BATCH", "CompactResult", "ConsumerStats", "QueueStats",
     "RetryResult", "Stats", "compact", "count_compactable", "list_failed", "locking_reads",
     "republish", "retry", "show", "stats",
 ]  # fmt: skip

@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import click
 
@@ -25,9 +23,6 @@ from outbox.cli_support import dsn_option, env_option, metrics_options, option_s
 from outbox.cli_support import fail as _fail
 from outbox.errors import OutboxError
 from outbox.logs import configure_logging, log_options
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
 
 commands: list[click.Command] = []
 
@@ -156,7 +151,12 @@ def worker(
             consumer_name=consumer.name,
         )
         if metrics_port is not None:
-            _serve_metrics(metrics_port, metrics_host, engine, consumer, chosen)
+            from outbox.metrics import serve_process
+
+            serve_process(
+                metrics_port, engine, config, host=metrics_host, queues=chosen,
+                consumer=consumer.name,
+            )  # fmt: skip
         options = WorkerOptions(
             concurrency=concurrency,
             batch_size=batch_size,
@@ -171,27 +171,6 @@ def worker(
         _fail(str(exc))
     engine.dispose()
     sys.exit(code)
-
-
-def _serve_metrics(
-    port: int, host: str, engine: Engine, consumer: Consumer, queues: Sequence[str]
-) -> None:
-    """The worker's metrics and the inbox gauges of the consumer's own tables."""
-    from outbox.metrics import serve
-    from outbox.schema import schema_for
-
-    config = consumer.config
-    serve(
-        port,
-        engine,
-        host=host,
-        schema=schema_for(config),
-        outbox=False,
-        inbox=True,
-        queues=queues,
-        priorities=range(config.min_priority, config.max_priority + 1),
-        consumer=consumer.name,
-    )
 
 
 @click.group(name="inbox")

@@ -139,7 +139,6 @@ def relay(
     """
     # Imported here: `outbox --help` must not load pika and SQLAlchemy engines.
     from outbox import metrics as metrics_mod
-    from outbox.schema import schema_for
     from relay.publishers import publisher_from_url
     from relay.relay import Relay, RelaySettings
 
@@ -167,15 +166,8 @@ def relay(
         publisher = publisher_from_url(broker, **options)
         metrics = metrics_mod.default()
         if metrics_port is not None:
-            metrics_mod.serve(
-                metrics_port,
-                engine,
-                host=metrics_host,
-                schema=schema_for(config),
-                outbox=True,
-                inbox=False,
-                queues=settings.queues,
-                priorities=range(config.min_priority, config.max_priority + 1),
+            metrics_mod.serve_process(
+                metrics_port, engine, config, host=metrics_host, queues=settings.queues
             )
         loop = Relay(engine, publisher, settings, metrics=metrics)
     except (OutboxError, ValueError) as exc:

@@ -23,9 +23,8 @@ from outbox.ops.cli_common import (
     deleted_line,
     dry_run_option,
     echo_json,
-    echo_row,
+    echo_shown,
     env_option,
-    fail,
     first_line,
     json_option,
     older_than_option,
@@ -86,20 +85,12 @@ def failed_cmd(
     since_at = since_option(since)
     engine, config = open_config(dsn, outbox_table, inbox_table)
     with database_work(engine, "inbox"):
-        if show_id is not None:
-            row = admin.show(engine, show_id, config=config)
-        else:
-            rows = admin.list_failed(
-                engine, config=config, consumer=consumer, type_=type_, group=group,
-                error_like=error_like, since=since_at, limit=limit,
-            )  # fmt: skip
-    if show_id is not None:
-        if row is None:
-            fail(f"no inbox row with id {show_id}")
-        echo_row(row, as_json)
-        return
-    if as_json:
-        echo_json(rows)
+        row = admin.show(engine, show_id, config=config) if show_id is not None else None
+        rows = [] if show_id is not None else admin.list_failed(
+            engine, config=config, consumer=consumer, type_=type_, group=group,
+            error_like=error_like, since=since_at, limit=limit,
+        )  # fmt: skip
+    if echo_shown(show_id, row, rows, as_json, "inbox"):
         return
     table(
         ["ID", "CONSUMER", "GROUP", "TYPE", "STATE", "ATTEMPTS", "DIED", "LAST ERROR"],

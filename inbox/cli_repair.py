@@ -12,6 +12,7 @@ from inbox.cli_options import consumer_option, group_option, type_option
 from inbox.ops import admin
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
+    all_option,
     audit_actor,
     audit_options,
     database_work,
@@ -21,6 +22,7 @@ from outbox.ops.cli_common import (
     echo_json,
     env_option,
     exit_not_matched,
+    ids_option,
     json_option,
     open_config,
     requeue_with_bar,
@@ -31,18 +33,13 @@ from outbox.ops.core import Progress
 
 @click.command("retry")
 @db_options
-@env_option(
-    "--id",
+@ids_option(
     "OUTBOX_INBOX_RETRY_IDS",
-    "ids",
-    multiple=True,
-    type=int,
-    help="Retry this dead inbox row (repeat; the env var takes space-separated ids).",
+    "Retry this dead inbox row (repeat; the env var takes space-separated ids).",
 )
-@env_option(
-    "--all", "OUTBOX_INBOX_RETRY_ALL", "all_", is_flag=True,
-    help="Retry every dead row (narrow with --consumer/--type/--group).",
-)  # fmt: skip
+@all_option(
+    "OUTBOX_INBOX_RETRY_ALL", "Retry every dead row (narrow with --consumer/--type/--group)."
+)
 @consumer_option
 @type_option
 @group_option

@@ -58,6 +58,17 @@ DURATION_BUCKETS: Final = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
 
+_HELP: Final = {
+    PUBLISHED_TOTAL: "Messages the broker confirmed.",
+    PUBLISH_ERRORS_TOTAL: "Messages whose publish failed (broker down, refused, timed out).",
+    RELAY_BATCH_SECONDS: "Time of one relay batch: fetch, publish, confirm, mark sent.",
+    DELIVERY_LAG_SECONDS: "From the store (occurred_at) to the broker's confirm.",
+    INBOX_PROCESSED_TOTAL: "Handler runs by result (done, retry, failed).",
+    INBOX_DUPLICATES_TOTAL: "Duplicate deliveries absorbed (acknowledged, never re-run).",
+    INBOX_HANDLER_SECONDS: "Handler run time, its transaction's commit included.",
+    INBOX_END_TO_END_SECONDS: "From the store (occurred_at) to the handler's commit.",
+}
+
 
 class Metrics:
     """The in-process counters and histograms, registered on one registry.
@@ -80,35 +91,14 @@ class Metrics:
         # batch count of 0 on every worker instance.
         qp = ("queue", "priority")
         cqp = ("consumer", "queue", "priority")
-        self._published = _counter(PUBLISHED_TOTAL, "Messages the broker confirmed.", qp)
-        self._publish_errors = _counter(
-            PUBLISH_ERRORS_TOTAL,
-            "Messages whose publish failed (broker down, refused, timed out).", qp,
-        )  # fmt: skip
-        self._batch = _histogram(
-            RELAY_BATCH_SECONDS, "Time of one relay batch: fetch, publish, confirm, mark sent.",
-            (), DURATION_BUCKETS,
-        )  # fmt: skip
-        self._delivery_lag = _histogram(
-            DELIVERY_LAG_SECONDS, "From the store (occurred_at) to the broker's confirm.", qp,
-            LATENCY_BUCKETS,
-        )  # fmt: skip
-        self._processed = _counter(
-            INBOX_PROCESSED_TOTAL, "Handler runs by result (done, retry, failed).",
-            (*cqp, "result"),
-        )  # fmt: skip
-        self._duplicates = _counter(
-            INBOX_DUPLICATES_TOTAL, "Duplicate deliveries absorbed (acknowledged, never re-run).",
-            cqp,
-        )  # fmt: skip
-        self._handler = _histogram(
-            INBOX_HANDLER_SECONDS, "Handler run time, its transaction's commit included.", cqp,
-            DURATION_BUCKETS,
-        )  # fmt: skip
-        self._end_to_end = _histogram(
-            INBOX_END_TO_END_SECONDS, "From the store (occurred_at) to the handler's commit.",
-            cqp, LATENCY_BUCKETS,
-        )  # fmt: skip
+        self._published = _counter(PUBLISHED_TOTAL, qp)
+        self._publish_errors = _counter(PUBLISH_ERRORS_TOTAL, qp)
+        self._batch = _histogram(RELAY_BATCH_SECONDS, (), DURATION_BUCKETS)
+        self._delivery_lag = _histogram(DELIVERY_LAG_SECONDS, qp, LATENCY_BUCKETS)
+        self._processed = _counter(INBOX_PROCESSED_TOTAL, (*cqp, "result"))
+        self._duplicates = _counter(INBOX_DUPLICATES_TOTAL, cqp)
+        self._handler = _histogram(INBOX_HANDLER_SECONDS, cqp, DURATION_BUCKETS)
+        self._end_to_end = _histogram(INBOX_END_TO_END_SECONDS, cqp, LATENCY_BUCKETS)
         self._relay_half: tuple[Collector, ...] = (
             self._published, self._publish_errors, self._batch, self._delivery_lag,
         )  # fmt: skip
@@ -185,13 +175,13 @@ class Metrics:
         self._end_to_end.labels(consumer, queue, str(priority)).observe(max(seconds, 0.0))
 
 
-def _counter(name: str, help_: str, labels: Sequence[str]) -> Counter:
+def _counter(name: str, labels: Sequence[str]) -> Counter:
     # Built unregistered: ``Metrics.export`` registers each half.
-    return Counter(name, help_, labels, registry=None)
+    return Counter(name, _HELP[name], labels, registry=None)
 
 
-def _histogram(name: str, help_: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
-    return Histogram(name, help_, labels, registry=None, buckets=buckets)
+def _histogram(name: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
+    return Histogram(name, _HELP[name], labels, registry=None, buckets=buckets)
 
 
 @lru_cache(maxsize=1)
@@ -299,16 +289,10 @@ def serve(
     Call once per process."""
     metrics = default()
     install(
-        metrics,
-        engine,
-        schema=schema,
-        outbox=outbox,
-        inbox=inbox,
-        refresh_interval=refresh_interval,
-        queues=queues,
-        priorities=priorities,
+        metrics, engine, schema=schema, outbox=outbox, inbox=inbox,
+        refresh_interval=refresh_interval, queues=queues, priorities=priorities,
         consumer=consumer,
-    )
+    )  # fmt: skip
     return metrics, start_metrics_server(port, host, metrics.registry)
 
 

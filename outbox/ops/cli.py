@@ -21,7 +21,7 @@ from outbox.ops.cli_common import (
     database_work,
     db_options,
     echo_json,
-    echo_row,
+    echo_shown,
     env_option,
     fail,
     first_line,
@@ -144,20 +144,12 @@ def failed_cmd(
     since_at = since_option(since)
     engine, schema = open_db(dsn, outbox_table, inbox_table)
     with database_work(engine, "failed"):
-        if show_id is not None:
-            row = admin.show(engine, schema, show_id)
-        else:
-            rows = admin.list_failed(
-                engine, schema, queue=queue, type_=type_, error_like=error_like,
-                since=since_at, limit=limit,
-            )  # fmt: skip
-    if show_id is not None:
-        if row is None:
-            fail(f"no outbox row with id {show_id}")
-        echo_row(row, as_json)
-        return
-    if as_json:
-        echo_json(rows)
+        row = admin.show(engine, schema, show_id) if show_id is not None else None
+        rows = [] if show_id is not None else admin.list_failed(
+            engine, schema, queue=queue, type_=type_, error_like=error_like, since=since_at,
+            limit=limit,
+        )  # fmt: skip
+    if echo_shown(show_id, row, rows, as_json, "outbox"):
         return
     table(
         ["ID", "QUEUE", "PRIO", "TYPE", "ATTEMPTS", "OCCURRED", "LAST ERROR"],

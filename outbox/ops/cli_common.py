@@ -51,6 +51,15 @@ def dry_run_option(help_: str) -> Callable[[F], F]:
     return env_option("--dry-run", "OUTBOX_DRY_RUN", is_flag=True, help=help_)
 
 
+def ids_option(env: str, help_: str) -> Callable[[F], F]:
+    """``--id`` (repeatable) of the commands that change rows chosen by id."""
+    return env_option("--id", env, "ids", multiple=True, type=int, help=help_)
+
+
+def all_option(env: str, help_: str) -> Callable[[F], F]:
+    return env_option("--all", env, "all_", is_flag=True, help=help_)
+
+
 @contextmanager
 def database_work(engine: Engine, what: str) -> Iterator[None]:
     """Exit 1 with ``<what> failed: <error>`` if the block fails; dispose of the engine."""
@@ -175,6 +184,26 @@ def echo_row(row: dict[str, Any], as_json: bool) -> None:
         if isinstance(value, (dict, list)):
             value = json.dumps(value, indent=2, sort_keys=True)
         click.echo(f"{key}: {value}")
+
+
+def echo_shown(
+    show_id: int | None,
+    row: dict[str, Any] | None,
+    rows: list[dict[str, Any]],
+    as_json: bool,
+    kind: str,
+) -> bool:
+    """The ``--show ID`` row (exit 1 when there is none) or, with ``--json``, the rows of a
+    failed-rows listing; False: nothing printed, the caller prints its table."""
+    if show_id is not None:
+        if row is None:
+            fail(f"no {kind} row with id {show_id}")
+        echo_row(row, as_json)
+        return True
+    if as_json:
+        echo_json(rows)
+        return True
+    return False
 
 
 def first_line(text: str | None, width: int = 80) -> str:

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from outbox.clock import utcnow
 from outbox.ops import admin
 from outbox.ops.cli_common import (
+    all_option,
     audit_actor,
     audit_options,
     database_work,
@@ -24,6 +25,7 @@ from outbox.ops.cli_common import (
     echo_json,
     env_option,
     exit_not_matched,
+    ids_option,
     json_option,
     older_than_option,
     open_db,
@@ -37,18 +39,10 @@ from outbox.ops.core import Progress
 
 @click.command("retry")
 @db_options
-@env_option(
-    "--id",
-    "OUTBOX_RETRY_IDS",
-    "ids",
-    multiple=True,
-    type=int,
-    help="Retry this failed row (repeat; the env var takes space-separated ids).",
+@ids_option(
+    "OUTBOX_RETRY_IDS", "Retry this failed row (repeat; the env var takes space-separated ids)."
 )
-@env_option(
-    "--all", "OUTBOX_RETRY_ALL", "all_", is_flag=True,
-    help="Retry every failed row (narrow with --queue/--type).",
-)  # fmt: skip
+@all_option("OUTBOX_RETRY_ALL", "Retry every failed row (narrow with --queue/--type).")
 @queue_type_options
 @dry_run_option("Show which rows would be retried; change nothing.")
 @audit_options
@@ -90,13 +84,9 @@ def retry_cmd(
 
 @click.command("republish")
 @db_options
-@env_option(
-    "--id",
+@ids_option(
     "OUTBOX_REPUBLISH_IDS",
-    "ids",
-    multiple=True,
-    type=int,
-    help="Republish this sent row (repeat; the env var takes space-separated ids).",
+    "Republish this sent row (repeat; the env var takes space-separated ids).",
 )
 @env_option(
     "--sent-since",

@@ -24,14 +24,21 @@ from sqlalchemy import (
     delete,
     func,
     select,
+    text,
     update,
 )
+from sqlalchemy.sql.elements import TextClause
 
 from outbox import states
 
 INBOX_WAITING_STATES = (states.READY, states.WAITING, states.RETRY)
 INBOX_FAILED_STATES = (states.FAILED, states.HALTED)
 INBOX_GAUGE_STATES = (*INBOX_WAITING_STATES, states.PROCESSING, *INBOX_FAILED_STATES)
+
+
+def ping() -> TextClause:
+    """The cheapest statement every database answers: ``outbox check``'s reachability."""
+    return text("SELECT 1")
 
 
 # ---- gauges (cheap: they read only unfinished or failed rows through an index on status/state)

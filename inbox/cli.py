@@ -19,7 +19,7 @@ from inbox.cli_ops import commands as ops_commands
 from inbox.cli_repair import commands as repair_commands
 from inbox.consumer import Consumer
 from outbox import dsn as dsn_mod
-from outbox.cli_support import DSN_HELP
+from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack
 from outbox.cli_support import fail as _fail
 from outbox.errors import OutboxError
 from outbox.logs import configure_logging, log_options
@@ -45,108 +45,65 @@ def load_consumer(target: str) -> Consumer:
     return consumer
 
 
+_WORKER_OPTIONS = option_stack(
+    dsn_option,
+    env_option(
+        "--source", "OUTBOX_SOURCE", default="",
+        help="Broker URL (amqp://... or kafka://...); empty: take messages from the database.",
+    ),
+    env_option(
+        "--queue", "OUTBOX_QUEUE", "queues", multiple=True,
+        help="Receive only these of the consumer's queues (repeat). Default: all of them.",
+    ),
+    env_option(
+        "--concurrency", "OUTBOX_CONCURRENCY", default=1, show_default=True,
+        type=click.IntRange(1, 256), help="Handler threads in this process.",
+    ),
+    env_option(
+        "--batch-size", "OUTBOX_BATCH_SIZE", default=DEFAULT_BATCH_SIZE, show_default=True,
+        type=click.IntRange(1, 1000),
+        help="Handlers per database transaction: each handler thread claims up to this many "
+        "messages at once and commits their effects and done marks together (1: one "
+        "transaction per message). See docs/batches.md.",
+    ),
+    env_option(
+        "--batch-isolation", "OUTBOX_BATCH_ISOLATION", default=DEFAULT_ISOLATION,
+        show_default=True, type=click.Choice(ISOLATIONS),
+        help="When a handler raises: 'rerun' rolls the batch back and runs it again without "
+        "that message; 'savepoint' wraps each handler in a SAVEPOINT (no re-runs, two more "
+        "round trips per message).",
+    ),
+    env_option(
+        "--batch-seconds", "OUTBOX_BATCH_SECONDS", default=DEFAULT_BATCH_SECONDS,
+        show_default=True, type=click.FloatRange(min=0, min_open=True),
+        help="A batch whose handlers have run this long commits what is done; the rest of it "
+        "runs in the next transaction.",
+    ),
+    env_option(
+        "--poll-interval", "OUTBOX_POLL_INTERVAL", default=1.0, show_default=True,
+        type=click.FloatRange(0.01, 60),
+        help="Seconds between looks when idle (PostgreSQL also wakes on NOTIFY).",
+    ),
+    env_option(
+        "--stop-when-idle", "OUTBOX_STOP_WHEN_IDLE", is_flag=True,
+        help="Exit 0 once nothing is left to receive, run or retry.",
+    ),
+    env_option(
+        "--time-limit", "OUTBOX_TIME_LIMIT", type=click.FloatRange(min=0, min_open=True),
+        default=None, help="Exit 0 after this many seconds (supervisord restarts it).",
+    ),
+    metrics_options(
+        "Serve Prometheus metrics (inbox_processed_total, handler and end-to-end seconds, "
+        "duplicates, and the inbox gauges of the database) on this port. Default: no "
+        "metrics server."
+    ),
+    log_options,
+)  # fmt: skip
+
+
 @click.command()
 @click.argument("target", metavar="MODULE:CONSUMER")
-@click.option("--dsn", envvar="OUTBOX_DSN", show_envvar=True, required=True, help=DSN_HELP)
-@click.option(
-    "--source",
-    envvar="OUTBOX_SOURCE",
-    show_envvar=True,
-    default="",
-    help="Broker URL (amqp://... or kafka://...); empty: take messages from the database.",
-)
-@click.option(
-    "--queue",
-    "queues",
-    envvar="OUTBOX_QUEUE",
-    show_envvar=True,
-    multiple=True,
-    help="Receive only these of the consumer's queues (repeat). Default: all of them.",
-)
-@click.option(
-    "--concurrency",
-    envvar="OUTBOX_CONCURRENCY",
-    show_envvar=True,
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 256),
-    help="Handler threads in this process.",
-)
-@click.option(
-    "--batch-size",
-    envvar="OUTBOX_BATCH_SIZE",
-    show_envvar=True,
-    default=DEFAULT_BATCH_SIZE,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="Handlers per database transaction: each handler thread claims up to this many "
-    "messages at once and commits their effects and done marks together (1: one "
-    "transaction per message). See docs/batches.md.",
-)
-@click.option(
-    "--batch-isolation",
-    envvar="OUTBOX_BATCH_ISOLATION",
-    show_envvar=True,
-    default=DEFAULT_ISOLATION,
-    show_default=True,
-    type=click.Choice(ISOLATIONS),
-    help="When a handler raises: 'rerun' rolls the batch back and runs it again without that "
-    "message; 'savepoint' wraps each handler in a SAVEPOINT (no re-runs, two more round "
-    "trips per message).",
-)
-@click.option(
-    "--batch-seconds",
-    envvar="OUTBOX_BATCH_SECONDS",
-    show_envvar=True,
-    default=DEFAULT_BATCH_SECONDS,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="A batch whose handlers have run this long commits what is done; the rest of it "
-    "runs in the next transaction.",
-)
-@click.option(
-    "--poll-interval",
-    envvar="OUTBOX_POLL_INTERVAL",
-    show_envvar=True,
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(0.01, 60),
-    help="Seconds between looks when idle (PostgreSQL also wakes on NOTIFY).",
-)
-@click.option(
-    "--stop-when-idle",
-    envvar="OUTBOX_STOP_WHEN_IDLE",
-    show_envvar=True,
-    is_flag=True,
-    help="Exit 0 once nothing is left to receive, run or retry.",
-)
-@click.option(
-    "--time-limit",
-    envvar="OUTBOX_TIME_LIMIT",
-    show_envvar=True,
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Exit 0 after this many seconds (supervisord restarts it).",
-)
-@click.option(
-    "--metrics-port",
-    envvar="OUTBOX_METRICS_PORT",
-    show_envvar=True,
-    type=click.IntRange(1, 65535),
-    default=None,
-    help="Serve Prometheus metrics (inbox_processed_total, handler and end-to-end seconds, "
-    "duplicates, and the inbox gauges of the database) on this port. Default: no "
-    "metrics server.",
-)
-@click.option(
-    "--metrics-host",
-    envvar="OUTBOX_METRICS_HOST",
-    show_envvar=True,
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the metrics server binds.",
-)
-@log_options
+@_WORKER_OPTIONS
 def worker(
     target: str,
     dsn: str,
@@ -194,20 +151,12 @@ def worker(
             consumer_name=consumer.name,
         )
         if metrics_port is not None:
-            from outbox.metrics import serve
-            from outbox.schema import schema_for
+            from outbox.metrics import serve_process
 
-            serve(
-                metrics_port,
-                engine,
-                host=metrics_host,
-                schema=schema_for(config),
-                outbox=False,
-                inbox=True,
-                queues=chosen,
-                priorities=range(config.min_priority, config.max_priority + 1),
+            serve_process(
+                metrics_port, engine, config, host=metrics_host, queues=chosen,
                 consumer=consumer.name,
-            )
+            )  # fmt: skip
         options = WorkerOptions(
             concurrency=concurrency,
             batch_size=batch_size,

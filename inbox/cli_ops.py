@@ -8,29 +8,31 @@ errors are printed with passwords masked. The work is in ``inbox.ops``.
 
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
-from inbox.cli_options import consumer_option, group_option, opt, type_option
+from inbox.cli_options import consumer_option, group_option, type_option
 from inbox.ops import admin
 from inbox.ops.groups import blocked_groups
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
+    counted,
+    database_work,
     db_options,
+    delete_with_bar,
+    deleted_json,
+    deleted_line,
+    dry_run_option,
     echo_json,
-    fail,
+    echo_shown,
+    env_option,
+    first_line,
     json_option,
+    older_than_option,
     open_config,
     since_option,
     table,
 )
-from outbox.ops.parse import format_age, parse_duration
-
-
-def _first_line(text: str | None, width: int = 80) -> str:
-    return text.splitlines()[0][:width] if text else ""
+from outbox.ops.parse import format_age
 
 
 @click.command("failed")
@@ -38,16 +40,26 @@ def _first_line(text: str | None, width: int = 80) -> str:
 @consumer_option
 @type_option
 @group_option
-@opt("--error-like", "OUTBOX_ERROR_LIKE", "Only rows whose last_error contains this text.")
-@opt("--since", "OUTBOX_SINCE", "Only rows that died since: a duration back (2h, 7d) or ISO time.")
-@opt(
-    "--limit", "OUTBOX_LIMIT", "At most this many rows.", default=100, show_default=True,
+@env_option(
+    "--error-like", "OUTBOX_ERROR_LIKE", help="Only rows whose last_error contains this text."
+)
+@env_option(
+    "--since",
+    "OUTBOX_SINCE",
+    help="Only rows that died since: a duration back (2h, 7d) or ISO time.",
+)
+@env_option(
+    "--limit",
+    "OUTBOX_LIMIT",
+    help="At most this many rows.",
+    default=100,
+    show_default=True,
     type=click.IntRange(1, 100000),
-)  # fmt: skip
-@opt(
-    "--show", "OUTBOX_INBOX_SHOW",
-    "Show one inbox row whole: payload, headers, attempts, last_error, event_id, consumer, "
-    "group.", "show_id", type=int,
+)
+@env_option(
+    "--show", "OUTBOX_INBOX_SHOW", "show_id", type=int,
+    help="Show one inbox row whole: payload, headers, attempts, last_error, event_id, "
+    "consumer, group.",
 )  # fmt: skip
 @json_option
 def failed_cmd(
@@ -72,55 +84,39 @@ def failed_cmd(
     """
     since_at = since_option(since)
     engine, config = open_config(dsn, outbox_table, inbox_table)
-    try:
-        if show_id is not None:
-            row = admin.show(engine, show_id, config=config)
-        else:
-            rows = admin.list_failed(
-                engine, config=config, consumer=consumer, type_=type_, group=group,
-                error_like=error_like, since=since_at, limit=limit,
-            )  # fmt: skip
-    except Exception as exc:
-        fail(f"inbox failed: {exc}")
-    finally:
-        engine.dispose()
-    if show_id is not None:
-        if row is None:
-            fail(f"no inbox row with id {show_id}")
-        if as_json:
-            echo_json(row)
-            return
-        for key, value in row.items():
-            if isinstance(value, (dict, list)):
-                value = json.dumps(value, indent=2, sort_keys=True)
-            click.echo(f"{key}: {value}")
-        return
-    if as_json:
-        echo_json(rows)
+    with database_work(engine, "inbox"):
+        row = admin.show(engine, show_id, config=config) if show_id is not None else None
+        rows = [] if show_id is not None else admin.list_failed(
+            engine, config=config, consumer=consumer, type_=type_, group=group,
+            error_like=error_like, since=since_at, limit=limit,
+        )  # fmt: skip
+    if echo_shown(show_id, row, rows, as_json, "inbox"):
         return
     table(
         ["ID", "CONSUMER", "GROUP", "TYPE", "STATE", "ATTEMPTS", "DIED", "LAST ERROR"],
         [
             [str(r["id"]), r["consumer"], r["serial_group"] or "-", r["type"], r["state"],
-             str(r["attempts"]), str(r["finished_at"] or "")[:19], _first_line(r["last_error"])]
+             str(r["attempts"]), str(r["finished_at"] or "")[:19], first_line(r["last_error"])]
             for r in rows
         ],
     )  # fmt: skip
-    click.echo(f"{len(rows)} dead row(s)" + (" (limit reached)" if len(rows) == limit else ""))
+    click.echo(counted(len(rows), "dead row(s)", limit))
 
 
 @click.command("prune")
 @db_options
-@opt(
-    "--older-than", "OUTBOX_INBOX_PRUNE_OLDER_THAN",
-    "Delete done rows finished longer ago than this (30d, 12h, 2w).", required=True,
-)  # fmt: skip
+@env_option(
+    "--older-than",
+    "OUTBOX_INBOX_PRUNE_OLDER_THAN",
+    required=True,
+    help="Delete done rows finished longer ago than this (30d, 12h, 2w).",
+)
 @consumer_option
-@opt(
-    "--batch", "OUTBOX_INBOX_PRUNE_BATCH", "Rows per delete transaction.", default=10000,
+@env_option(
+    "--batch", "OUTBOX_INBOX_PRUNE_BATCH", help="Rows per delete transaction.", default=10000,
     show_default=True, type=click.IntRange(1, admin.MAX_PRUNE_BATCH),
 )  # fmt: skip
-@opt("--dry-run", "OUTBOX_DRY_RUN", "Count what would be deleted; delete nothing.", is_flag=True)
+@dry_run_option("Count what would be deleted; delete nothing.")
 @json_option
 def prune_cmd(
     dsn: str,
@@ -148,23 +144,17 @@ def prune_cmd(
     Exit codes: 0 done (also when nothing was old enough), 1 the database failed,
     2 bad option.
     """
-    try:
-        before = utcnow() - parse_duration(older_than)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--older-than") from None
+    before = older_than_option(older_than)
     engine, config = open_config(dsn, outbox_table, inbox_table)
-    try:
+    with database_work(engine, "inbox prune"):
         total = admin.count_prunable(engine, before, consumer=consumer, config=config)
         if not dry_run:
-            with click.progressbar(length=total, label="pruning", file=sys.stderr) as bar:
-                result = admin.prune(
-                    engine, before, consumer=consumer, batch=batch, config=config,
-                    progress=bar.update,
-                )  # fmt: skip
-    except Exception as exc:
-        fail(f"inbox prune failed: {exc}")
-    finally:
-        engine.dispose()
+            result = delete_with_bar(
+                total, "pruning",
+                lambda bar: admin.prune(
+                    engine, before, consumer=consumer, batch=batch, config=config, progress=bar
+                ),
+            )  # fmt: skip
     scope = f" of consumer {consumer!r}" if consumer else ""
     if dry_run:
         if as_json:
@@ -175,26 +165,20 @@ def prune_cmd(
         return
     if as_json:
         echo_json(
-            {
-                "dry_run": False, "deleted": result.deleted, "batches": result.batches,
-                "seconds": round(result.seconds, 3),
-                "rows_per_second": round(result.rows_per_second, 1),
-                "before": before.isoformat(), "groups_forgotten": result.groups_forgotten,
-            }
-        )  # fmt: skip
+            deleted_json(result, before, dry_run=False, groups_forgotten=result.groups_forgotten)
+        )
         return
     click.echo(
-        f"deleted {result.deleted} done row(s){scope} older than {older_than} in "
-        f"{result.batches} batch(es), {result.seconds:.2f}s, {result.rows_per_second:.0f} rows/s;"
-        f" {result.groups_forgotten} idle group row(s) forgotten"
+        deleted_line(f"done row(s){scope}", older_than, result)
+        + f"; {result.groups_forgotten} idle group row(s) forgotten"
     )
 
 
 @click.command("groups")
 @db_options
 @consumer_option
-@opt(
-    "--limit", "OUTBOX_LIMIT", "At most this many groups.", default=100, show_default=True,
+@env_option(
+    "--limit", "OUTBOX_LIMIT", help="At most this many groups.", default=100, show_default=True,
     type=click.IntRange(1, 100000),
 )  # fmt: skip
 @json_option
@@ -227,12 +211,8 @@ def groups_cmd(
     """
     engine, config = open_config(dsn, outbox_table, inbox_table)
     now = utcnow()
-    try:
+    with database_work(engine, "inbox groups"):
         reports = blocked_groups(engine, now=now, consumer=consumer, limit=limit, config=config)
-    except Exception as exc:
-        fail(f"inbox groups failed: {exc}")
-    finally:
-        engine.dispose()
     if as_json:
         echo_json([r.as_dict() for r in reports])
         return
@@ -245,7 +225,7 @@ def groups_cmd(
              format_age((now - r.since).total_seconds()), r.why]
         )  # fmt: skip
     table(["CONSUMER", "GROUP", "HEAD", "STATE", "PRIO", "TYPE", "WAITING", "HELD", "WHY"], rows)
-    click.echo(f"{len(reports)} group(s)" + (" (limit reached)" if len(reports) == limit else ""))
+    click.echo(counted(len(reports), "group(s)", limit))
 
 
 commands: list[click.Command] = [failed_cmd, prune_cmd, groups_cmd]

@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from outbox.cli_support import env_option
 
-import click
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def opt(name: str, env: str, help_: str, *decls: str, **kwargs: Any) -> Callable[[F], F]:
-    """An option that reads ``env`` and shows it in --help."""
-    return click.option(name, *decls, envvar=env, show_envvar=True, help=help_, **kwargs)
-
-
-consumer_option = opt("--consumer", "OUTBOX_CONSUMER", "Only this consumer.")
-type_option = opt("--type", "OUTBOX_TYPE", "Only this message type.", "type_")
-group_option = opt("--group", "OUTBOX_GROUP", "Only this serial group.")
+consumer_option = env_option("--consumer", "OUTBOX_CONSUMER", help="Only this consumer.")
+type_option = env_option("--type", "OUTBOX_TYPE", "type_", help="Only this message type.")
+group_option = env_option("--group", "OUTBOX_GROUP", help="Only this serial group.")

@@ -8,36 +8,42 @@ from typing import Any
 
 import click
 
-from inbox.cli_options import consumer_option, group_option, opt, type_option
+from inbox.cli_options import consumer_option, group_option, type_option
 from inbox.ops import admin
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
+    all_option,
     audit_actor,
     audit_options,
+    database_work,
     db_options,
+    dry_run_option,
+    echo_ids,
     echo_json,
-    fail,
+    env_option,
+    exit_not_matched,
+    ids_option,
     json_option,
     open_config,
+    requeue_with_bar,
     retry_request,
 )
+from outbox.ops.core import Progress
 
 
 @click.command("retry")
 @db_options
-@opt(
-    "--id", "OUTBOX_INBOX_RETRY_IDS",
+@ids_option(
+    "OUTBOX_INBOX_RETRY_IDS",
     "Retry this dead inbox row (repeat; the env var takes space-separated ids).",
-    "ids", multiple=True, type=int,
-)  # fmt: skip
-@opt(
-    "--all", "OUTBOX_INBOX_RETRY_ALL",
-    "Retry every dead row (narrow with --consumer/--type/--group).", "all_", is_flag=True,
-)  # fmt: skip
+)
+@all_option(
+    "OUTBOX_INBOX_RETRY_ALL", "Retry every dead row (narrow with --consumer/--type/--group)."
+)
 @consumer_option
 @type_option
 @group_option
-@opt("--dry-run", "OUTBOX_DRY_RUN", "Show what would be retried; change nothing.", is_flag=True)
+@dry_run_option("Show what would be retried; change nothing.")
 @audit_options
 @json_option
 def retry_cmd(
@@ -78,24 +84,14 @@ def retry_cmd(
         "reason": reason, "actor": who, "config": config, "ids": list(ids) if ids else None,
         "consumer": consumer, "type_": type_, "group": group,
     }  # fmt: skip
-    try:
-        # The dry run first: it is --dry-run's answer, and gives the bar its length.
-        result = admin.retry(engine, now=utcnow(), dry_run=True, **args)
-        if not dry_run and result.ids:
-            with click.progressbar(length=len(result.ids), label="retrying", file=sys.stderr) as b:
-                result = admin.retry(engine, now=utcnow(), progress=b.update, **args)
-    except Exception as exc:
-        fail(f"inbox retry failed: {exc}")
-    finally:
-        engine.dispose()
+
+    def call(dry: bool, progress: Progress) -> admin.RetryResult:
+        return admin.retry(engine, now=utcnow(), dry_run=dry, progress=progress, **args)
+
+    with database_work(engine, "inbox retry"):
+        result = requeue_with_bar(call, dry_run, "retrying")
     _print_retry(result, dry_run, who, reason, as_json)
-    if result.not_retried:
-        click.echo(
-            "error: not retried (no such row, not failed/halted, or outside the filters): "
-            + " ".join(str(i) for i in result.not_retried),
-            err=True,
-        )
-        sys.exit(1)
+    exit_not_matched("retried", "failed/halted", result.not_retried)
 
 
 def _print_retry(
@@ -113,9 +109,7 @@ def _print_retry(
             }
         )  # fmt: skip
         return
-    shown = " ".join(str(i) for i in result.ids[:50]) + (" ..." if len(result.ids) > 50 else "")
-    click.echo(f"{'would retry' if dry_run else 'retried'} {len(result.ids)} row(s)"
-               + (f": {shown}" if shown else ""))  # fmt: skip
+    echo_ids("would retry" if dry_run else "retried", result.ids)
     for g in result.released:
         verb = "would release" if dry_run else "released"
         click.echo(
@@ -137,9 +131,10 @@ def _print_retry(
 @click.command("unblock")
 @click.argument("group")
 @db_options
-@opt("--consumer", "OUTBOX_CONSUMER", "The consumer whose group is halted.", required=True)
-@opt("--dry-run", "OUTBOX_DRY_RUN", "Show the row that halts the group; change nothing.",
-     is_flag=True)  # fmt: skip
+@env_option(
+    "--consumer", "OUTBOX_CONSUMER", required=True, help="The consumer whose group is halted."
+)
+@dry_run_option("Show the row that halts the group; change nothing.")
 @audit_options
 @json_option
 def unblock_cmd(
@@ -167,15 +162,11 @@ def unblock_cmd(
     """
     who = audit_actor(reason, actor)
     engine, config = open_config(dsn, outbox_table, inbox_table)
-    try:
+    with database_work(engine, "inbox unblock"):
         result = admin.unblock(
             engine, now=utcnow(), reason=reason, actor=who, consumer=consumer, group=group,
             config=config, dry_run=dry_run,
         )  # fmt: skip
-    except Exception as exc:
-        fail(f"inbox unblock failed: {exc}")
-    finally:
-        engine.dispose()
     halted_by = result.halted_by
     if as_json:
         echo_json(

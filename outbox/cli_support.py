@@ -1,4 +1,5 @@
-"""What every ``outbox`` subcommand shares: the DSN help text and the clean failure exit."""
+"""What every ``outbox`` subcommand shares: the option helper, the DSN help text, the
+database and metrics options, and the clean failure exit."""
 
 from __future__ import annotations
 
@@ -19,31 +20,57 @@ DSN_HELP = (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def env_option(name: str, env: str, *decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """A click option that also reads the environment variable ``env`` (shown in --help);
+    ``decls``: more declarations, e.g. the parameter's name."""
+    return click.option(name, *decls, envvar=env, show_envvar=True, **kwargs)
+
+
+def option_stack(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """The options as one decorator, in the order given (the first one first in --help)."""
+
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print a clean error (passwords masked) on stderr and exit with ``code``."""
     click.echo(f"error: {dsn_mod.mask(message)}", err=True)
     sys.exit(code)
 
 
-def db_options(func: F) -> F:
-    """--dsn, --outbox-table and --inbox-table, each with its environment variable."""
-    func = click.option(
-        "--inbox-table",
-        envvar="OUTBOX_INBOX_TABLE",
-        show_envvar=True,
-        default="inbox",
-        show_default=True,
-        help="Name of the inbox table.",
-    )(func)
-    func = click.option(
-        "--outbox-table",
-        envvar="OUTBOX_TABLE",
-        show_envvar=True,
-        default="outbox",
-        show_default=True,
+dsn_option = env_option("--dsn", "OUTBOX_DSN", required=True, help=DSN_HELP)
+
+
+# --dsn, --outbox-table and --inbox-table, each with its environment variable.
+db_options = option_stack(
+    dsn_option,
+    env_option(
+        "--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True,
         help="Name of the outbox table (the audit table is <name>_audit).",
-    )(func)
-    func = click.option(
-        "--dsn", envvar="OUTBOX_DSN", show_envvar=True, required=True, help=DSN_HELP
-    )(func)
-    return func
+    ),
+    env_option(
+        "--inbox-table", "OUTBOX_INBOX_TABLE", default="inbox", show_default=True,
+        help="Name of the inbox table.",
+    ),
+)  # fmt: skip
+
+
+def metrics_options(port_help: str) -> Callable[[F], F]:
+    """--metrics-port (``port_help`` says what is served) and --metrics-host, of the
+    long-running commands."""
+
+    return option_stack(
+        env_option(
+            "--metrics-port", "OUTBOX_METRICS_PORT", type=click.IntRange(1, 65535),
+            default=None, help=port_help,
+        ),
+        env_option(
+            "--metrics-host", "OUTBOX_METRICS_HOST", default="127.0.0.1", show_default=True,
+            help="Address the metrics server binds.",
+        ),
+    )  # fmt: skip

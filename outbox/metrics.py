@@ -1,4 +1,4 @@
-"""Prometheus metrics of the relay and the worker (names: SPEC section 2; keep them stable).
+"""Prometheus metrics of the relay and the worker (their names are public: keep them stable).
 
 Two kinds:
 
@@ -26,49 +26,28 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, s
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
-from outbox.ops.gauges import (
-    DATABASE_GAUGE_NAMES,
-    FAILED_COUNT,
-    GAUGES_REFRESH_ERRORS_TOTAL,
-    GAUGES_REFRESH_SECONDS,
-    INBOX_FAILED_COUNT,
-    INBOX_GROUP_BLOCKED_SECONDS,
-    INBOX_PROCESSING_COUNT,
-    INBOX_WAITING_COUNT,
-    PENDING_COUNT,
-    PENDING_SECONDS,
-    DatabaseGauges,
-    InboxGauge,
-    OutboxGauge,
-    Snapshot,
-    read_snapshot,
+from outbox import metric_names
+from outbox.config import OutboxConfig
+from outbox.metric_names import *  # noqa: F403  (every name stays importable from here)
+from outbox.metric_names import (
+    DELIVERY_LAG_SECONDS,
+    INBOX_DUPLICATES_TOTAL,
+    INBOX_END_TO_END_SECONDS,
+    INBOX_HANDLER_SECONDS,
+    INBOX_PROCESSED_TOTAL,
+    PUBLISH_ERRORS_TOTAL,
+    PUBLISHED_TOTAL,
+    RELAY_BATCH_SECONDS,
+    RESULTS,
 )
-from outbox.schema import Schema
+from outbox.ops.gauges import DatabaseGauges, InboxGauge, OutboxGauge, Snapshot, read_snapshot
+from outbox.schema import Schema, schema_for
 
 __all__ = [
-    "ALL_NAMES", "DATABASE_GAUGE_NAMES", "FAILED_COUNT", "GAUGES_REFRESH_ERRORS_TOTAL",
-    "GAUGES_REFRESH_SECONDS", "INBOX_FAILED_COUNT", "INBOX_GROUP_BLOCKED_SECONDS",
-    "INBOX_PROCESSING_COUNT", "INBOX_WAITING_COUNT", "IN_PROCESS_NAMES", "PENDING_COUNT",
-    "PENDING_SECONDS", "RESULTS", "DatabaseGauges", "InboxGauge", "Metrics", "MetricsServer",
-    "OutboxGauge", "Snapshot", "default", "install", "read_snapshot", "serve",
-    "start_metrics_server",
+    "DatabaseGauges", "InboxGauge", "Metrics", "MetricsServer", "OutboxGauge", "Snapshot",
+    "default", "install", "read_snapshot", "serve", "serve_process", "start_metrics_server",
 ]  # fmt: skip
-
-# The in-process names (SPEC 2); the database gauges' names come from outbox.ops.gauges.
-PUBLISHED_TOTAL: Final = "outbox_published_total"
-PUBLISH_ERRORS_TOTAL: Final = "outbox_publish_errors_total"
-RELAY_BATCH_SECONDS: Final = "outbox_relay_batch_seconds"
-DELIVERY_LAG_SECONDS: Final = "outbox_delivery_lag_seconds"
-INBOX_PROCESSED_TOTAL: Final = "inbox_processed_total"
-INBOX_DUPLICATES_TOTAL: Final = "inbox_duplicates_total"
-INBOX_HANDLER_SECONDS: Final = "inbox_handler_seconds"
-INBOX_END_TO_END_SECONDS: Final = "inbox_end_to_end_seconds"
-
-# ``inbox_processed_total{result}`` values.
-RESULT_DONE: Final = "done"  # the handler's effect committed
-RESULT_RETRY: Final = "retry"  # the handler failed; the message is due again later
-RESULT_FAILED: Final = "failed"  # dead: attempts exhausted, permanent error or unknown type
-RESULTS: Final = (RESULT_DONE, RESULT_RETRY, RESULT_FAILED)
+__all__ += metric_names.__all__
 
 # Seconds; from a few ms (healthy LISTEN/NOTIFY path) to minutes (an outage being caught up).
 LATENCY_BUCKETS: Final = (
@@ -79,17 +58,16 @@ DURATION_BUCKETS: Final = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
 
-IN_PROCESS_NAMES: Final = (
-    PUBLISHED_TOTAL,
-    PUBLISH_ERRORS_TOTAL,
-    RELAY_BATCH_SECONDS,
-    DELIVERY_LAG_SECONDS,
-    INBOX_PROCESSED_TOTAL,
-    INBOX_DUPLICATES_TOTAL,
-    INBOX_HANDLER_SECONDS,
-    INBOX_END_TO_END_SECONDS,
-)
-ALL_NAMES: Final = (*IN_PROCESS_NAMES, *DATABASE_GAUGE_NAMES)
+_HELP: Final = {
+    PUBLISHED_TOTAL: "Messages the broker confirmed.",
+    PUBLISH_ERRORS_TOTAL: "Messages whose publish failed (broker down, refused, timed out).",
+    RELAY_BATCH_SECONDS: "Time of one relay batch: fetch, publish, confirm, mark sent.",
+    DELIVERY_LAG_SECONDS: "From the store (occurred_at) to the broker's confirm.",
+    INBOX_PROCESSED_TOTAL: "Handler runs by result (done, retry, failed).",
+    INBOX_DUPLICATES_TOTAL: "Duplicate deliveries absorbed (acknowledged, never re-run).",
+    INBOX_HANDLER_SECONDS: "Handler run time, its transaction's commit included.",
+    INBOX_END_TO_END_SECONDS: "From the store (occurred_at) to the handler's commit.",
+}
 
 
 class Metrics:
@@ -112,54 +90,15 @@ class Metrics:
         # the registry. A worker that exported the relay's histogram would show a relay
         # batch count of 0 on every worker instance.
         qp = ("queue", "priority")
-        self._published = Counter(
-            PUBLISHED_TOTAL, "Messages the broker confirmed.", qp, registry=None
-        )
-        self._publish_errors = Counter(
-            PUBLISH_ERRORS_TOTAL,
-            "Messages whose publish failed (broker down, refused, timed out).",
-            qp,
-            registry=None,
-        )
-        self._batch = Histogram(
-            RELAY_BATCH_SECONDS,
-            "Time of one relay batch: fetch, publish, confirm, mark sent.",
-            registry=None,
-            buckets=DURATION_BUCKETS,
-        )
-        self._delivery_lag = Histogram(
-            DELIVERY_LAG_SECONDS,
-            "From the store (occurred_at) to the broker's confirm.",
-            qp,
-            registry=None,
-            buckets=LATENCY_BUCKETS,
-        )
-        self._processed = Counter(
-            INBOX_PROCESSED_TOTAL,
-            "Handler runs by result (done, retry, failed).",
-            ("consumer", "queue", "priority", "result"),
-            registry=None,
-        )
-        self._duplicates = Counter(
-            INBOX_DUPLICATES_TOTAL,
-            "Duplicate deliveries absorbed (acknowledged, never re-run).",
-            ("consumer", "queue", "priority"),
-            registry=None,
-        )
-        self._handler = Histogram(
-            INBOX_HANDLER_SECONDS,
-            "Handler run time, its transaction's commit included.",
-            ("consumer", "queue", "priority"),
-            registry=None,
-            buckets=DURATION_BUCKETS,
-        )
-        self._end_to_end = Histogram(
-            INBOX_END_TO_END_SECONDS,
-            "From the store (occurred_at) to the handler's commit.",
-            ("consumer", "queue", "priority"),
-            registry=None,
-            buckets=LATENCY_BUCKETS,
-        )
+        cqp = ("consumer", "queue", "priority")
+        self._published = _counter(PUBLISHED_TOTAL, qp)
+        self._publish_errors = _counter(PUBLISH_ERRORS_TOTAL, qp)
+        self._batch = _histogram(RELAY_BATCH_SECONDS, (), DURATION_BUCKETS)
+        self._delivery_lag = _histogram(DELIVERY_LAG_SECONDS, qp, LATENCY_BUCKETS)
+        self._processed = _counter(INBOX_PROCESSED_TOTAL, (*cqp, "result"))
+        self._duplicates = _counter(INBOX_DUPLICATES_TOTAL, cqp)
+        self._handler = _histogram(INBOX_HANDLER_SECONDS, cqp, DURATION_BUCKETS)
+        self._end_to_end = _histogram(INBOX_END_TO_END_SECONDS, cqp, LATENCY_BUCKETS)
         self._relay_half: tuple[Collector, ...] = (
             self._published, self._publish_errors, self._batch, self._delivery_lag,
         )  # fmt: skip
@@ -234,6 +173,15 @@ class Metrics:
     def end_to_end(self, consumer: str, queue: str, priority: int, seconds: float) -> None:
         """One message done: ``seconds`` from its store to the handler's commit."""
         self._end_to_end.labels(consumer, queue, str(priority)).observe(max(seconds, 0.0))
+
+
+def _counter(name: str, labels: Sequence[str]) -> Counter:
+    # Built unregistered: ``Metrics.export`` registers each half.
+    return Counter(name, _HELP[name], labels, registry=None)
+
+
+def _histogram(name: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
+    return Histogram(name, _HELP[name], labels, registry=None, buckets=buckets)
 
 
 @lru_cache(maxsize=1)
@@ -341,14 +289,28 @@ def serve(
     Call once per process."""
     metrics = default()
     install(
-        metrics,
-        engine,
-        schema=schema,
-        outbox=outbox,
-        inbox=inbox,
-        refresh_interval=refresh_interval,
-        queues=queues,
-        priorities=priorities,
+        metrics, engine, schema=schema, outbox=outbox, inbox=inbox,
+        refresh_interval=refresh_interval, queues=queues, priorities=priorities,
         consumer=consumer,
-    )
+    )  # fmt: skip
     return metrics, start_metrics_server(port, host, metrics.registry)
+
+
+def serve_process(
+    port: int,
+    engine: Engine,
+    config: OutboxConfig,
+    *,
+    host: str,
+    queues: Sequence[str],
+    consumer: str | None = None,
+) -> tuple[Metrics, MetricsServer]:
+    """What ``--metrics-port`` serves, on the tables and priorities of ``config``: the
+    relay's metrics and outbox gauges (``consumer`` None), or the worker's and the inbox
+    gauges of ``consumer``."""
+    worker = consumer is not None
+    levels = range(config.min_priority, config.max_priority + 1)
+    return serve(
+        port, engine, host=host, schema=schema_for(config), outbox=not worker, inbox=worker,
+        queues=queues, priorities=levels, consumer=consumer,
+    )  # fmt: skip

@@ -4,147 +4,110 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from click.decorators import FC
 
 from outbox import dsn as dsn_mod
 from outbox.backoff import Backoff
-from outbox.cli_support import DSN_HELP
+from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack
 from outbox.cli_support import fail as _fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
 from outbox.logs import configure_logging, log_options
 from outbox.stop_signals import install_stop_signals
 
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from relay.relay import Relay
+
 commands: list[click.Command] = []
 
 
-def _opt(name: str, env: str, *dest: str, **kwargs: Any) -> Callable[[FC], FC]:
-    """A click option that also reads ``env`` (shown in --help)."""
-    return click.option(name, *dest, envvar=env, show_envvar=True, **kwargs)
+_RELAY_OPTIONS = option_stack(
+    dsn_option,
+    env_option(
+        "--broker", "OUTBOX_BROKER", required=True,
+        help="amqp://user:pass@host:5672/vhost (RabbitMQ) or kafka://host:9092[,host2] (Kafka).",
+    ),
+    env_option(
+        "--queue", "OUTBOX_QUEUE", "queues", multiple=True,
+        help="Relay only this queue (repeatable; env: space-separated). Default: all queues.",
+    ),
+    env_option(
+        "--batch-size", "OUTBOX_BATCH_SIZE", default=100, show_default=True,
+        type=click.IntRange(1),
+    ),
+    env_option(
+        "--poll-interval", "OUTBOX_POLL_INTERVAL", default=1.0, show_default=True,
+        type=click.FloatRange(min=0.001),
+        help="Seconds between polls when idle (PostgreSQL also wakes up on NOTIFY).",
+    ),
+    env_option(
+        "--max-attempts", "OUTBOX_MAX_ATTEMPTS", default=5, show_default=True,
+        type=click.IntRange(1),
+        help="Broker refusals before a row is 'failed' (dead letter, never deleted).",
+    ),
+    env_option(
+        "--backoff-base", "OUTBOX_BACKOFF_BASE", default=1.0, show_default=True,
+        type=click.FloatRange(min=0.001),
+        help="Row retry backoff: uniform(0, min(max, base * 2**(attempt-1))) seconds.",
+    ),
+    env_option("--backoff-max", "OUTBOX_BACKOFF_MAX", default=300.0, show_default=True, type=float),
+    env_option(
+        "--confirm-timeout", "OUTBOX_CONFIRM_TIMEOUT", default=30.0, show_default=True,
+        type=click.FloatRange(min=0.001),
+        help="Seconds a batch may wait for the broker's confirms; then it is rolled back and "
+        "published again later (an outage: no attempt counted).",
+    ),
+    env_option(
+        "--time-limit", "OUTBOX_TIME_LIMIT", type=click.FloatRange(min=0.001),
+        help="Exit 0 after this many seconds (after the current batch), for periodic restarts.",
+    ),
+    env_option(
+        "--max-messages", "OUTBOX_MAX_MESSAGES", type=click.IntRange(1),
+        help="Exit 0 after publishing this many messages.",
+    ),
+    env_option(
+        "--stop-when-idle", "OUTBOX_STOP_WHEN_IDLE", is_flag=True,
+        help="Exit 0 as soon as nothing is due (tests, one-off drains).",
+    ),
+    env_option(
+        "--no-notify", "OUTBOX_NO_NOTIFY", is_flag=True,
+        help="PostgreSQL: do not LISTEN for store() notifications; poll only.",
+    ),
+    env_option(
+        "--fanout", "OUTBOX_RABBITMQ_FANOUT", is_flag=True,
+        help="RabbitMQ: publish to a fan-out exchange per <queue>_<priority> (consumers bind).",
+    ),
+    env_option(
+        "--queue-arguments", "OUTBOX_RABBITMQ_QUEUE_ARGUMENTS", default="",
+        help='RabbitMQ: JSON arguments for queue_declare, e.g. \'{"x-queue-type": "quorum"}\'.',
+    ),
+    env_option(
+        "--kafka-partitions", "OUTBOX_KAFKA_PARTITIONS", type=click.IntRange(1), default=3,
+        show_default=True, help="Kafka: partitions of the topics the relay creates.",
+    ),
+    env_option(
+        "--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True,
+        help="Outbox table.",
+    ),
+    env_option(
+        "--notify-channel", "OUTBOX_NOTIFY_CHANNEL", default="outbox_relay", show_default=True,
+        help="PostgreSQL channel store() notifies.",
+    ),
+    metrics_options(
+        "Serve Prometheus metrics (published, publish errors, batch seconds, delivery lag, "
+        "and the outbox gauges of the database: pending, oldest pending age, failed) on this "
+        "port. Default: no metrics server."
+    ),
+    log_options,
+)  # fmt: skip
 
 
 @click.command()
-@_opt("--dsn", "OUTBOX_DSN", required=True, help=DSN_HELP)
-@_opt(
-    "--broker",
-    "OUTBOX_BROKER",
-    required=True,
-    help="amqp://user:pass@host:5672/vhost (RabbitMQ) or kafka://host:9092[,host2] (Kafka).",
-)
-@_opt(
-    "--queue",
-    "OUTBOX_QUEUE",
-    "queues",
-    multiple=True,
-    help="Relay only this queue (repeatable; env: space-separated). Default: all queues.",
-)
-@_opt("--batch-size", "OUTBOX_BATCH_SIZE", default=100, show_default=True, type=click.IntRange(1))
-@_opt(
-    "--poll-interval",
-    "OUTBOX_POLL_INTERVAL",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0.001),
-    help="Seconds between polls when idle (PostgreSQL also wakes up on NOTIFY).",
-)
-@_opt(
-    "--max-attempts",
-    "OUTBOX_MAX_ATTEMPTS",
-    default=5,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Broker refusals before a row is 'failed' (dead letter, never deleted).",
-)
-@_opt(
-    "--backoff-base",
-    "OUTBOX_BACKOFF_BASE",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0.001),
-    help="Row retry backoff: uniform(0, min(max, base * 2**(attempt-1))) seconds.",
-)
-@_opt("--backoff-max", "OUTBOX_BACKOFF_MAX", default=300.0, show_default=True, type=float)
-@_opt(
-    "--confirm-timeout",
-    "OUTBOX_CONFIRM_TIMEOUT",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(min=0.001),
-    help="Seconds a batch may wait for the broker's confirms; then it is rolled back and "
-    "published again later (an outage: no attempt counted).",
-)
-@_opt(
-    "--time-limit",
-    "OUTBOX_TIME_LIMIT",
-    type=click.FloatRange(min=0.001),
-    help="Exit 0 after this many seconds (after the current batch), for periodic restarts.",
-)
-@_opt(
-    "--max-messages",
-    "OUTBOX_MAX_MESSAGES",
-    type=click.IntRange(1),
-    help="Exit 0 after publishing this many messages.",
-)
-@_opt(
-    "--stop-when-idle",
-    "OUTBOX_STOP_WHEN_IDLE",
-    is_flag=True,
-    help="Exit 0 as soon as nothing is due (tests, one-off drains).",
-)
-@_opt(
-    "--no-notify",
-    "OUTBOX_NO_NOTIFY",
-    is_flag=True,
-    help="PostgreSQL: do not LISTEN for store() notifications; poll only.",
-)
-@_opt(
-    "--fanout",
-    "OUTBOX_RABBITMQ_FANOUT",
-    is_flag=True,
-    help="RabbitMQ: publish to a fan-out exchange per <queue>_<priority> (consumers bind).",
-)
-@_opt(
-    "--queue-arguments",
-    "OUTBOX_RABBITMQ_QUEUE_ARGUMENTS",
-    default="",
-    help='RabbitMQ: JSON arguments for queue_declare, e.g. \'{"x-queue-type": "quorum"}\'.',
-)
-@_opt(
-    "--kafka-partitions",
-    "OUTBOX_KAFKA_PARTITIONS",
-    type=click.IntRange(1),
-    default=3,
-    show_default=True,
-    help="Kafka: partitions of the topics the relay creates.",
-)
-@_opt("--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True, help="Outbox table.")
-@_opt(
-    "--notify-channel",
-    "OUTBOX_NOTIFY_CHANNEL",
-    default="outbox_relay",
-    show_default=True,
-    help="PostgreSQL channel store() notifies.",
-)
-@_opt(
-    "--metrics-port",
-    "OUTBOX_METRICS_PORT",
-    type=click.IntRange(1, 65535),
-    help="Serve Prometheus metrics (published, publish errors, batch seconds, delivery lag, "
-    "and the outbox gauges of the database: pending, oldest pending age, failed) on this port. "
-    "Default: no metrics server.",
-)
-@_opt(
-    "--metrics-host",
-    "OUTBOX_METRICS_HOST",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the metrics server binds.",
-)
-@log_options
+@_RELAY_OPTIONS
 def relay(
     dsn: str,
     broker: str,
@@ -176,7 +139,6 @@ def relay(
     """
     # Imported here: `outbox --help` must not load pika and SQLAlchemy engines.
     from outbox import metrics as metrics_mod
-    from outbox.schema import schema_for
     from relay.publishers import publisher_from_url
     from relay.relay import Relay, RelaySettings
 
@@ -184,19 +146,9 @@ def relay(
     if not broker.strip():
         _fail("broker: empty; the relay needs --broker (the database source is the worker's)")
     try:
-        options: dict[str, Any] = {"confirm_timeout": confirm_timeout}
-        if broker.startswith("amqp"):
-            options["fanout"] = fanout
-            if queue_arguments:
-                try:
-                    parsed = json.loads(queue_arguments)
-                except ValueError as exc:
-                    raise OutboxError(f"queue-arguments: not JSON: {exc}") from exc
-                if not isinstance(parsed, dict):
-                    raise OutboxError("queue-arguments: expected a JSON object")
-                options["queue_arguments"] = parsed
-        elif broker.startswith("kafka"):
-            options["partitions"] = kafka_partitions
+        options = _publisher_options(
+            broker, confirm_timeout, fanout, queue_arguments, kafka_partitions
+        )
         config = OutboxConfig(outbox_table=outbox_table, notify_channel=notify_channel)
         settings = RelaySettings(
             batch_size=batch_size,
@@ -214,40 +166,57 @@ def relay(
         publisher = publisher_from_url(broker, **options)
         metrics = metrics_mod.default()
         if metrics_port is not None:
-            metrics_mod.serve(
-                metrics_port,
-                engine,
-                host=metrics_host,
-                schema=schema_for(config),
-                outbox=True,
-                inbox=False,
-                queues=settings.queues,
-                priorities=range(config.min_priority, config.max_priority + 1),
+            metrics_mod.serve_process(
+                metrics_port, engine, config, host=metrics_host, queues=settings.queues
             )
-        worker = Relay(engine, publisher, settings, metrics=metrics)
+        loop = Relay(engine, publisher, settings, metrics=metrics)
     except (OutboxError, ValueError) as exc:
         _fail(str(exc))
-        return
+    _run(loop, engine, broker)
+
+
+def _publisher_options(
+    broker: str, confirm_timeout: float, fanout: bool, queue_arguments: str, partitions: int
+) -> dict[str, Any]:
+    """The keyword arguments of the broker's publisher; a bad --queue-arguments raises."""
+    options: dict[str, Any] = {"confirm_timeout": confirm_timeout}
+    if broker.startswith("amqp"):
+        options["fanout"] = fanout
+        if queue_arguments:
+            try:
+                parsed = json.loads(queue_arguments)
+            except ValueError as exc:
+                raise OutboxError(f"queue-arguments: not JSON: {exc}") from exc
+            if not isinstance(parsed, dict):
+                raise OutboxError("queue-arguments: expected a JSON object")
+            options["queue_arguments"] = parsed
+    elif broker.startswith("kafka"):
+        options["partitions"] = partitions
+    return options
+
+
+def _run(loop: Relay, engine: Engine, broker: str) -> None:
+    """Run the relay loop until it stops (signals finish the current batch), then log why."""
+    log = logging.getLogger("relay")
 
     def _stop(reason: str) -> None:
-        logging.getLogger("relay").info("%s: finishing the current batch", reason)
-        worker.stop()
+        log.info("%s: finishing the current batch", reason)
+        loop.stop()
 
     install_stop_signals(_stop)
-    logging.getLogger("relay").info(
+    log.info(
         "relay started: database %s, broker %s, queues %s",
         engine.url.render_as_string(hide_password=True),
         dsn_mod.mask(broker),
-        ", ".join(settings.queues) or "all",
+        ", ".join(loop.settings.queues) or "all",
     )
     try:
-        stats = worker.run()
+        stats = loop.run()
     except OutboxError as exc:
         _fail(str(exc))
-        return
     finally:
         engine.dispose()
-    logging.getLogger("relay").info(
+    log.info(
         "relay exiting (%s): %d published, %d refused, %d failed, %d broker errors, "
         "%d database errors",
         stats.exit_reason,

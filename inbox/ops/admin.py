@@ -6,48 +6,34 @@ parses options and prints. All SQL comes from ``inbox.ops.queries``.
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table
 
-from inbox import queries as core_queries
 from inbox.claims import Claimer
 from inbox.consumer import Consumer
 from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
 from inbox.ops import queries as q
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
-from outbox.ops.admin import locking_reads
+from outbox.ops import core
+from outbox.ops.core import Progress, locking_reads, no_progress
+from outbox.ops.queries import for_update
 from outbox.queries import dialect_family
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.ops")
 
-# Ids per UPDATE/DELETE ... WHERE id IN (...): far under every driver's parameter limit.
-ID_CHUNK = 1000
-MAX_PRUNE_BATCH = 20000  # SQLite allows 32766 bound parameters per statement
+MAX_PRUNE_BATCH = core.MAX_DELETE_BATCH
 # Rows per audit record: each keeps its row's last_error (up to AUDIT_ERROR_CHARS), so a
 # record stays well under MariaDB's max_allowed_packet (16 MiB by default).
 AUDIT_CHUNK = 200
 AUDIT_ERROR_CHARS = 4000
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if value is None or isinstance(value, (str, int, float, bool, dict, list)):
-        return value
-    return str(value)  # UUIDs
-
-
-def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 # ---- failed --------------------------------------------------------------------------------
@@ -69,19 +55,14 @@ def list_failed(
         schema_for(config).inbox, consumer=consumer, type_=type_, group=group,
         error_like=error_like, since=since, limit=limit,
     )  # fmt: skip
-    with engine.connect() as conn:
-        return [{k: _jsonable(v) for k, v in row._mapping.items()} for row in conn.execute(stmt)]
+    return core.fetch_rows(engine, stmt)
 
 
 def show(
     engine: Engine, row_id: int, *, config: OutboxConfig = DEFAULT_CONFIG
 ) -> dict[str, Any] | None:
     """One inbox row whatever its state, payload and headers decoded."""
-    with engine.connect() as conn:
-        row = conn.execute(q.show_row(schema_for(config).inbox, row_id)).first()
-    if row is None:
-        return None
-    return {k: _jsonable(v) for k, v in row._mapping.items()}
+    return core.fetch_row(engine, q.show_row(schema_for(config).inbox, row_id))
 
 
 # ---- retry ---------------------------------------------------------------------------------
@@ -119,7 +100,7 @@ def retry(
     type_: str | None = None,
     group: str | None = None,
     dry_run: bool = False,
-    progress: Callable[[int], None] = lambda _n: None,
+    progress: Progress = no_progress,
 ) -> RetryResult:
     """Dead (``failed`` or ``halted``) rows back to ``ready``, in one transaction with their
     audit records.
@@ -131,43 +112,52 @@ def retry(
     no group lock is needed here (the retry never starts a row). A halted row retried
     releases its group with the row in its place: it runs before the messages it held back.
     """
-    if not reason.strip():
-        raise ValueError("reason: must not be empty")
+    core.check_reason(reason)
     schema = schema_for(config)
-    wanted = sorted(set(ids)) if ids is not None else None
     with locking_reads(engine) as conn, conn.begin():
-        found: list[Any] = []
-        for chunk in _chunks(wanted, ID_CHUNK) if wanted is not None else [None]:
-            stmt = q.dead_rows(schema.inbox, ids=chunk, consumer=consumer, type_=type_, group=group)
-            if not dry_run and conn.dialect.name != "sqlite":
-                stmt = stmt.with_for_update()
-            found.extend(conn.execute(stmt).all())
-        found_ids = [int(r.id) for r in found]
-        not_retried = sorted(set(wanted) - set(found_ids)) if wanted is not None else []
-        released, still_halted = _halted_groups(conn, schema.inbox, found, consumer)
-        if dry_run or not found:
-            return RetryResult(found_ids, not_retried, released, still_halted, dry_run)
+        found = core.select_locked(
+            conn, core.wanted_ids(ids),
+            lambda chunk: q.dead_rows(
+                schema.inbox, ids=chunk, consumer=consumer, type_=type_, group=group
+            ),
+            dry_run,
+        )  # fmt: skip
+        released, still_halted = _halted_groups(conn, schema.inbox, found.rows, consumer)
+        if dry_run or not found.rows:
+            return RetryResult(found.ids, found.not_matched, released, still_halted, dry_run)
         for state in q.DEAD_STATES:
-            of_state = [int(r.id) for r in found if r.state == state]
-            for chunk in _chunks(of_state, ID_CHUNK):
-                conn.execute(q.retry_rows(schema.inbox, chunk, state, now))
-                progress(len(chunk))
-        for chunk in _chunks(found, AUDIT_CHUNK):
-            conn.execute(schema.audit.insert().values(**_audit(chunk, now, actor, reason)))
-        _mark_for_head_pass(conn, schema.groups, found)
-        if conn.dialect.name == "postgresql":  # wake the workers at commit
-            for name in sorted({str(r.consumer) for r in found}):
-                stub = Consumer(name, queues=["retry"], config=config)
-                conn.execute(core_queries.notify(config.notify_channel, wake_payload(stub)))
+            of_state = [int(r.id) for r in found.rows if r.state == state]
+            update = partial(q.retry_rows, schema.inbox, state=state, now=now)
+            core.update_chunks(conn, of_state, update, progress)
+        for chunk in core.chunks(found.rows, AUDIT_CHUNK):
+            _audit(conn, schema.audit, chunk, now, actor, reason)
+        _mark_for_head_pass(conn, schema.groups, found.rows)
+        _wake_workers(conn, config, found.rows)
     promoted, notes = _promote(engine, config, released)
     return RetryResult(
-        found_ids, not_retried, released, still_halted, dry_run, promoted=promoted, notes=notes
-    )
+        found.ids, found.not_matched, released, still_halted, dry_run, promoted=promoted,
+        notes=notes,
+    )  # fmt: skip
+
+
+def _wake_workers(conn: Connection, config: OutboxConfig, rows: Sequence[Any]) -> None:
+    """PostgreSQL: NOTIFY the consumers of ``rows`` at commit, so their workers look now."""
+    if conn.dialect.name != "postgresql":
+        return
+    for name in sorted({str(r.consumer) for r in rows}):
+        stub = Consumer(name, queues=["retry"], config=config)
+        conn.execute(q.notify(config.notify_channel, wake_payload(stub)))
 
 
 def _audit(
-    rows: Sequence[Any], now: datetime, actor: str, reason: str, action: str = "retry"
-) -> dict[str, Any]:
+    conn: Connection,
+    audit: Table,
+    rows: Sequence[Any],
+    now: datetime,
+    actor: str,
+    reason: str,
+    action: str = "retry",
+) -> None:
     """One audit record: target ``inbox``; ``row_ids`` lists, per row, what the retry erased
     or will overwrite: its state, attempts and last_error."""
     detail = [
@@ -179,10 +169,10 @@ def _audit(
         }
         for r in rows
     ]
-    return {
-        "at": now, "actor": actor, "action": action, "target": "inbox", "reason": reason,
-        "row_count": len(rows), "row_ids": json.dumps(detail),
-    }  # fmt: skip
+    core.insert_audit(
+        conn, audit, now=now, actor=actor, action=action, target="inbox", reason=reason,
+        row_count=len(rows), row_ids=detail,
+    )  # fmt: skip
 
 
 # ---- unblock -------------------------------------------------------------------------------
@@ -211,21 +201,17 @@ def unblock(
     row becomes ``failed`` (``retry`` runs it again later), with an audit record keeping its
     attempts and last_error, in one transaction; then the group's next message is made ready.
     ``inbox.unblock`` is the same without the audit record, for code."""
-    if not reason.strip():
-        raise ValueError("reason: must not be empty")
+    core.check_reason(reason)
     schema = schema_for(config)
     table = schema.inbox
     with locking_reads(engine) as conn, conn.begin():
-        stmt = q.halted_in_group(table, consumer, group)
-        if not dry_run and conn.dialect.name != "sqlite":
-            stmt = stmt.with_for_update()
+        stmt = for_update(q.halted_in_group(table, consumer, group), conn, not dry_run)
         # A halted row holds its group, so a group has one at most.
         row = conn.execute(stmt).first()
         if dry_run or row is None:
             return UnblockResult(None if row is None else int(row.id), dry_run)
-        # the code API's statement (inbox.unblock), narrowed to the row read and audited
-        conn.execute(core_queries.unblock(table, consumer, group).where(table.c.id == row.id))
-        conn.execute(schema.audit.insert().values(**_audit([row], now, actor, reason, "unblock")))
+        conn.execute(q.unblock_row(table, consumer, group, int(row.id)))
+        _audit(conn, schema.audit, [row], now, actor, reason, "unblock")
         _mark_for_head_pass(conn, schema.groups, [row])
     promoted, notes = _promote(engine, config, [GroupRef(consumer, group, int(row.id))])
     return UnblockResult(int(row.id), dry_run, promoted, notes)
@@ -290,15 +276,8 @@ def _promote(
 
 
 @dataclass(frozen=True)
-class PruneResult:
-    deleted: int
-    batches: int
-    seconds: float
+class PruneResult(core.DeleteResult):
     groups_forgotten: int = 0  # inbox_groups rows with nothing to check, deleted
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.deleted / self.seconds if self.seconds > 0 else 0.0
 
 
 def count_prunable(
@@ -320,7 +299,7 @@ def prune(
     consumer: str | None = None,
     batch: int = 10000,
     config: OutboxConfig = DEFAULT_CONFIG,
-    progress: Callable[[int], None] = lambda _n: None,
+    progress: Progress = no_progress,
     max_batches: int | None = None,
 ) -> PruneResult:
     """Delete ``done`` rows finished before ``before``, ``batch`` rows per short transaction;
@@ -330,31 +309,15 @@ def prune(
 
     Never failed, halted or unfinished rows: the delete re-checks ``state = 'done'``.
     """
-    if not 1 <= batch <= MAX_PRUNE_BATCH:
-        raise ValueError(f"batch: must be between 1 and {MAX_PRUNE_BATCH}, got {batch}")
     schema = schema_for(config)
     table = schema.inbox
-    started = time.perf_counter()
-    deleted = batches = 0
-    while max_batches is None or batches < max_batches:
-        with engine.begin() as conn:
-            ids = [
-                int(i)
-                for i in conn.execute(q.prune_batch_ids(table, before, consumer, batch)).scalars()
-            ]
-            if not ids:
-                break
-            n = sum(
-                conn.execute(q.prune_delete(table, chunk, before)).rowcount
-                for chunk in _chunks(ids, ID_CHUNK)
-            )
-        deleted += n
-        batches += 1
-        progress(n)
-        if len(ids) < batch:
-            break
+    done = core.delete_in_batches(
+        engine, q.prune_batch_ids(table, before, consumer, batch),
+        lambda chunk: q.prune_delete(table, chunk, before),
+        batch=batch, progress=progress, max_batches=max_batches,
+    )  # fmt: skip
     forgotten = _forget_clean_groups(engine, schema.groups, consumer, batch)
-    return PruneResult(deleted, batches, time.perf_counter() - started, forgotten)
+    return PruneResult(done.deleted, done.batches, done.seconds, forgotten)
 
 
 def _forget_clean_groups(engine: Engine, groups: Table, consumer: str | None, batch: int) -> int:

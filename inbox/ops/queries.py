@@ -28,7 +28,10 @@ from sqlalchemy import (
 )
 from sqlalchemy import update as sql_update
 
+from inbox.queries import notify as notify
+from inbox.queries import unblock as _unblock
 from outbox import states
+from outbox.ops.queries import matching
 
 # Dead rows: ``failed`` and ``halted`` (dead under on_dead="halt", holding its group).
 DEAD_STATES = (states.FAILED, states.HALTED)
@@ -51,21 +54,11 @@ def _dead_filter(
     since: datetime | None = None,
     ids: Sequence[int] | None = None,
 ) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = [t.c.state.in_(DEAD_STATES)]
-    if consumer is not None:
-        conditions.append(t.c.consumer == consumer)
-    if type_ is not None:
-        conditions.append(t.c.type == type_)
-    if group is not None:
-        conditions.append(t.c.serial_group == group)
-    if error_like is not None:
-        # A plain substring: the operator types text, not a LIKE pattern.
-        conditions.append(t.c.last_error.contains(error_like, autoescape=True))
-    if since is not None:
-        conditions.append(t.c.finished_at >= since)  # when it died
-    if ids is not None:
-        conditions.append(t.c.id.in_(list(ids)))
-    return conditions
+    return matching(
+        t, t.c.state.in_(DEAD_STATES),
+        equal={"consumer": consumer, "type": type_, "serial_group": group},
+        error_like=error_like, since_column="finished_at", since=since, ids=ids,  # when it died
+    )  # fmt: skip
 
 
 def list_dead(
@@ -171,6 +164,11 @@ def retry_rows(t: Table, ids: Sequence[int], state: str, now: datetime) -> Updat
             finished_at=None,
         )
     )
+
+
+def unblock_row(t: Table, consumer: str, group: str, row_id: int) -> Update:
+    """The code API's statement (``inbox.unblock``), narrowed to the row read and audited."""
+    return _unblock(t, consumer, group).where(t.c.id == row_id)
 
 
 # ---- prune ---------------------------------------------------------------------------------

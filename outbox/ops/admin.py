@@ -6,22 +6,26 @@ parses options and prints. All SQL comes from ``outbox.ops.queries``.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, Update
+from sqlalchemy import Engine, Select, Update
 
-from outbox.metrics import read_snapshot
+from outbox.ops import core
 from outbox.ops import queries as q
+from outbox.ops.core import Progress, locking_reads, no_progress
+from outbox.ops.gauges import read_snapshot
 from outbox.schema import Schema
 
-# Ids per UPDATE/DELETE ... WHERE id IN (...): far under every driver's parameter limit.
-ID_CHUNK = 1000
-MAX_COMPACT_BATCH = 20000  # SQLite allows 32766 bound parameters per statement
+__all__ = [
+    "MAX_COMPACT_BATCH", "CompactResult", "ConsumerStats", "QueueStats",
+    "RetryResult", "Stats", "compact", "count_compactable", "list_failed", "locking_reads",
+    "republish", "retry", "show", "stats",
+]  # fmt: skip
+
+MAX_COMPACT_BATCH = core.MAX_DELETE_BATCH
 
 
 @dataclass(frozen=True)
@@ -97,16 +101,6 @@ def stats(engine: Engine, schema: Schema, now: datetime) -> Stats:
     return Stats(queues, consumers)
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, (dict, list)):
-        return value
-    return str(value)  # UUIDs
-
-
 def list_failed(
     engine: Engine,
     schema: Schema,
@@ -120,17 +114,12 @@ def list_failed(
     stmt = q.list_failed(
         schema.outbox, queue=queue, type_=type_, error_like=error_like, since=since, limit=limit
     )
-    with engine.connect() as conn:
-        return [{k: _jsonable(v) for k, v in row._mapping.items()} for row in conn.execute(stmt)]
+    return core.fetch_rows(engine, stmt)
 
 
 def show(engine: Engine, schema: Schema, row_id: int) -> dict[str, Any] | None:
     """One outbox row, whatever its status, with payload and headers decoded."""
-    with engine.connect() as conn:
-        row = conn.execute(q.show_row(schema.outbox, row_id)).first()
-    if row is None:
-        return None
-    return {k: _jsonable(v) for k, v in row._mapping.items()}
+    return core.fetch_row(engine, q.show_row(schema.outbox, row_id))
 
 
 @dataclass(frozen=True)
@@ -138,24 +127,6 @@ class RetryResult:
     ids: list[int]  # put back to pending (or, with dry_run, that would be)
     not_matched: list[int]  # asked for by id but not in the status the command takes
     dry_run: bool
-
-
-def locking_reads(engine: Engine) -> Connection:
-    """A connection for SELECT ... FOR UPDATE over a range the operator chose.
-
-    MySQL/MariaDB: READ COMMITTED. Under InnoDB's default REPEATABLE READ a locking read locks
-    every row and gap it scans, not only the rows that match: selecting failed or sent rows
-    would hold the gaps where producers insert new pending rows and where the relay marks
-    rows sent, stalling both until the operator's transaction ends (the relay runs READ
-    COMMITTED for the same reason). PostgreSQL is READ COMMITTED already; SQLite has one
-    writer whatever the level."""
-    if engine.dialect.name in ("mysql", "mariadb"):
-        return engine.connect().execution_options(isolation_level="READ COMMITTED")
-    return engine.connect()
-
-
-def _chunks(ids: Sequence[int], size: int = ID_CHUNK) -> list[Sequence[int]]:
-    return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
 def retry(
@@ -169,7 +140,7 @@ def retry(
     queue: str | None = None,
     type_: str | None = None,
     dry_run: bool = False,
-    progress: Callable[[int], None] = lambda _n: None,
+    progress: Progress = no_progress,
 ) -> RetryResult:
     """Failed rows back to pending (attempts 0, due now) and one audit row, in one transaction.
 
@@ -199,7 +170,7 @@ def republish(
     queue: str | None = None,
     type_: str | None = None,
     dry_run: bool = False,
-    progress: Callable[[int], None] = lambda _n: None,
+    progress: Progress = no_progress,
 ) -> RetryResult:
     """Sent rows back to pending, due now, with one audit row: for messages a broker lost
     after confirming them. The relay publishes them again; a consumer that had them already
@@ -230,47 +201,22 @@ def _requeue(
     select_ids: Callable[[Sequence[int] | None], Select[Any]],
     update_rows: Callable[[Sequence[int]], Update],
     dry_run: bool,
-    progress: Callable[[int], None],
+    progress: Progress,
 ) -> RetryResult:
-    if not reason.strip():
-        raise ValueError("reason: must not be empty")
-    wanted = sorted(set(ids)) if ids is not None else None
+    core.check_reason(reason)
     with locking_reads(engine) as conn, conn.begin():
-        found: list[int] = []
-        for chunk in _chunks(wanted) if wanted is not None else [None]:
-            stmt = select_ids(chunk)
-            if not dry_run and conn.dialect.name != "sqlite":
-                stmt = stmt.with_for_update()
-            found.extend(int(i) for i in conn.execute(stmt).scalars())
-        not_matched = sorted(set(wanted) - set(found)) if wanted is not None else []
-        if dry_run or not found:
-            return RetryResult(found, not_matched, dry_run)
-        for chunk in _chunks(found):
-            conn.execute(update_rows(chunk))
-            progress(len(chunk))
-        conn.execute(
-            schema.audit.insert().values(
-                at=now,
-                actor=actor,
-                action=action,
-                target="outbox",
-                reason=reason,
-                row_count=len(found),
-                row_ids=json.dumps(found),
-            )
-        )
-    return RetryResult(found, not_matched, dry_run)
+        found = core.select_locked(conn, core.wanted_ids(ids), select_ids, dry_run)
+        if dry_run or not found.ids:
+            return RetryResult(found.ids, found.not_matched, dry_run)
+        core.update_chunks(conn, found.ids, update_rows, progress)
+        core.insert_audit(
+            conn, schema.audit, now=now, actor=actor, action=action, target="outbox",
+            reason=reason, row_count=len(found.ids), row_ids=found.ids,
+        )  # fmt: skip
+    return RetryResult(found.ids, found.not_matched, dry_run)
 
 
-@dataclass(frozen=True)
-class CompactResult:
-    deleted: int
-    batches: int
-    seconds: float
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.deleted / self.seconds if self.seconds > 0 else 0.0
+CompactResult = core.DeleteResult
 
 
 def count_compactable(engine: Engine, schema: Schema, before: datetime) -> int:
@@ -284,7 +230,7 @@ def compact(
     *,
     before: datetime,
     batch: int = 10000,
-    progress: Callable[[int], None] = lambda _n: None,
+    progress: Progress = no_progress,
     max_batches: int | None = None,
 ) -> CompactResult:
     """Delete sent rows with ``sent_at < before``, ``batch`` rows per short transaction.
@@ -292,23 +238,9 @@ def compact(
     Pending and failed rows are never touched (the delete re-checks ``status = 'sent'`` and
     ``sent_at``).
     """
-    if not 1 <= batch <= MAX_COMPACT_BATCH:
-        raise ValueError(f"batch: must be between 1 and {MAX_COMPACT_BATCH}, got {batch}")
-    started = time.perf_counter()
-    deleted = batches = 0
-    while max_batches is None or batches < max_batches:
-        with engine.begin() as conn:
-            ids = [int(i) for i in conn.execute(
-                q.compact_batch_ids(schema.outbox, before, batch)
-            ).scalars()]  # fmt: skip
-            if not ids:
-                break
-            n = 0
-            for chunk in _chunks(ids):
-                n += conn.execute(q.compact_delete(schema.outbox, chunk, before)).rowcount
-        deleted += n
-        batches += 1
-        progress(n)
-        if len(ids) < batch:
-            break
-    return CompactResult(deleted, batches, time.perf_counter() - started)
+    t = schema.outbox
+    return core.delete_in_batches(
+        engine, q.compact_batch_ids(t, before, batch),
+        lambda chunk: q.compact_delete(t, chunk, before),
+        batch=batch, progress=progress, max_batches=max_batches,
+    )  # fmt: skip

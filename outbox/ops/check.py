@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from sqlalchemy import Engine, Table, UniqueConstraint, inspect, text
+from sqlalchemy import Engine, Table, UniqueConstraint, inspect
 
 from outbox import migrate
 from outbox.dsn import mask
+from outbox.ops import queries as q
 from outbox.schema import Schema
 
 
@@ -47,7 +48,7 @@ def check_database(engine: Engine, schema: Schema) -> list[CheckResult]:
     results: list[CheckResult] = []
     try:
         with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+            conn.execute(q.ping())
     except Exception as exc:
         return [CheckResult("database", False, f"unreachable: {_first_line(exc)}")]
     results.append(CheckResult("database", True, f"reachable ({engine.dialect.name})"))

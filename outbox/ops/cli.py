@@ -7,7 +7,6 @@ stays parseable; every URL printed is masked.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -18,11 +17,17 @@ from outbox.metrics import DatabaseGauges
 from outbox.ops import admin, cli_repair
 from outbox.ops.check import check_broker, check_database
 from outbox.ops.cli_common import (
+    counted,
+    database_work,
     db_options,
     echo_json,
+    echo_shown,
+    env_option,
     fail,
+    first_line,
     json_option,
     open_db,
+    queue_type_options,
     since_option,
     table,
 )
@@ -31,14 +36,10 @@ from outbox.ops.parse import format_age
 
 @click.command("metrics")
 @db_options
-@click.option(
-    "--once",
-    envvar="OUTBOX_METRICS_ONCE",
-    show_envvar=True,
-    is_flag=True,
-    required=True,
+@env_option(
+    "--once", "OUTBOX_METRICS_ONCE", is_flag=True, required=True,
     help="Print the database-derived metrics once in Prometheus text format and exit.",
-)
+)  # fmt: skip
 def metrics_cmd(dsn: str, outbox_table: str, inbox_table: str, once: bool) -> None:
     """Print the database gauges (pending, lag, failed, inbox states) once.
 
@@ -73,12 +74,8 @@ def stats_cmd(dsn: str, outbox_table: str, inbox_table: str, as_json: bool) -> N
     Exit codes: 0 printed, 1 the database could not be read.
     """
     engine, schema = open_db(dsn, outbox_table, inbox_table)
-    try:
+    with database_work(engine, "stats"):
         result = admin.stats(engine, schema, utcnow())
-    except Exception as exc:
-        fail(f"stats failed: {exc}")
-    finally:
-        engine.dispose()
     if as_json:
         echo_json(result.as_dict())
         return
@@ -104,32 +101,27 @@ def stats_cmd(dsn: str, outbox_table: str, inbox_table: str, as_json: bool) -> N
 
 @click.command("failed")
 @db_options
-@click.option("--queue", envvar="OUTBOX_QUEUE", show_envvar=True, help="Only this queue.")
-@click.option("--type", "type_", envvar="OUTBOX_TYPE", show_envvar=True, help="Only this type.")
-@click.option(
-    "--error-like",
-    envvar="OUTBOX_ERROR_LIKE",
-    show_envvar=True,
-    help="Only rows whose last_error contains this text.",
+@queue_type_options
+@env_option(
+    "--error-like", "OUTBOX_ERROR_LIKE", help="Only rows whose last_error contains this text."
 )
-@click.option(
+@env_option(
     "--since",
-    envvar="OUTBOX_SINCE",
-    show_envvar=True,
+    "OUTBOX_SINCE",
     help="Only rows stored since: a duration back from now (2h, 7d) or an ISO time.",
 )
-@click.option(
-    "--limit", envvar="OUTBOX_LIMIT", show_envvar=True, default=100, show_default=True,
-    type=click.IntRange(1, 100000), help="At most this many rows.",
-)  # fmt: skip
-@click.option(
-    "--show",
-    "show_id",
-    envvar="OUTBOX_SHOW",
-    show_envvar=True,
-    type=int,
-    help="Show one row whole: payload, headers, attempts, last_error.",
+@env_option(
+    "--limit",
+    "OUTBOX_LIMIT",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 100000),
+    help="At most this many rows.",
 )
+@env_option(
+    "--show", "OUTBOX_SHOW", "show_id", type=int,
+    help="Show one row whole: payload, headers, attempts, last_error.",
+)  # fmt: skip
 @json_option
 def failed_cmd(
     dsn: str,
@@ -151,53 +143,36 @@ def failed_cmd(
     """
     since_at = since_option(since)
     engine, schema = open_db(dsn, outbox_table, inbox_table)
-    try:
-        if show_id is not None:
-            row = admin.show(engine, schema, show_id)
-            if row is None:
-                fail(f"no outbox row with id {show_id}")
-            if as_json:
-                echo_json(row)
-            else:
-                for key, value in (row or {}).items():
-                    if isinstance(value, (dict, list)):
-                        value = json.dumps(value, indent=2, sort_keys=True)
-                    click.echo(f"{key}: {value}")
-            return
-        rows = admin.list_failed(
+    with database_work(engine, "failed"):
+        row = admin.show(engine, schema, show_id) if show_id is not None else None
+        rows = [] if show_id is not None else admin.list_failed(
             engine, schema, queue=queue, type_=type_, error_like=error_like, since=since_at,
             limit=limit,
         )  # fmt: skip
-    except SystemExit:
-        raise
-    except Exception as exc:
-        fail(f"failed: {exc}")
-    finally:
-        engine.dispose()
-    if as_json:
-        echo_json(rows)
+    if echo_shown(show_id, row, rows, as_json, "outbox"):
         return
     table(
         ["ID", "QUEUE", "PRIO", "TYPE", "ATTEMPTS", "OCCURRED", "LAST ERROR"],
         [
             [str(r["id"]), r["queue"], str(r["priority"]), r["type"], str(r["attempts"]),
-             str(r["occurred_at"])[:19], (r["last_error"] or "").splitlines()[0][:80]
-             if r["last_error"] else ""]
+             str(r["occurred_at"])[:19], first_line(r["last_error"])]
             for r in rows
         ],
     )  # fmt: skip
-    click.echo(f"{len(rows)} failed row(s)" + (" (limit reached)" if len(rows) == limit else ""))
+    click.echo(counted(len(rows), "failed row(s)", limit))
 
 
 @click.command("check")
 @db_options
-@click.option(
-    "--broker", envvar="OUTBOX_BROKER", show_envvar=True, default="",
+@env_option(
+    "--broker",
+    "OUTBOX_BROKER",
+    default="",
     help="Also check this broker accepts a connection (amqp://... or kafka://...).",
-)  # fmt: skip
-@click.option(
-    "--timeout", envvar="OUTBOX_CHECK_TIMEOUT", show_envvar=True, default=5.0,
-    show_default=True, type=click.FloatRange(0.1, 120), help="Seconds for the broker check.",
+)
+@env_option(
+    "--timeout", "OUTBOX_CHECK_TIMEOUT", default=5.0, show_default=True,
+    type=click.FloatRange(0.1, 120), help="Seconds for the broker check.",
 )  # fmt: skip
 @json_option
 def check_cmd(

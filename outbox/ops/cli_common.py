@@ -4,56 +4,136 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 from sqlalchemy import Engine
 
+from outbox.cli_support import F, option_stack
+
 # Re-exported: the operator commands import their shared options from here.
 from outbox.cli_support import db_options as db_options
+from outbox.cli_support import env_option as env_option
 from outbox.cli_support import fail as fail
 from outbox.clock import utcnow
 from outbox.config import OutboxConfig
 from outbox.dsn import make_engine
 from outbox.errors import OutboxError
-from outbox.ops.parse import parse_since
+from outbox.ops.core import DeleteResult, Progress, no_progress
+from outbox.ops.parse import parse_duration, parse_since
 from outbox.schema import Schema, schema_for
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def json_option(func: F) -> F:
-    return click.option(
-        "--json",
-        "as_json",
-        envvar="OUTBOX_JSON",
-        show_envvar=True,
-        is_flag=True,
-        help="Print JSON instead of a table.",
-    )(func)
-
-
-def audit_options(func: F) -> F:
-    """``--reason`` (required) and ``--by``: what an audited command records besides the ids."""
-    func = click.option(
-        "--by", "actor", envvar="OUTBOX_ACTOR", show_envvar=True, default=None,
-        help="Who, for the audit record. Default: the OS user.",
-    )(func)  # fmt: skip
-    return click.option(
-        "--reason", envvar="OUTBOX_REASON", show_envvar=True, required=True,
+json_option = env_option(
+    "--json", "OUTBOX_JSON", "as_json", is_flag=True, help="Print JSON instead of a table."
+)
+# ``--reason`` (required) and ``--by``: what an audited command records besides the ids.
+audit_options = option_stack(
+    env_option(
+        "--reason", "OUTBOX_REASON", required=True,
         help="Why (kept in the audit table with who and when).",
-    )(func)  # fmt: skip
+    ),
+    env_option(
+        "--by", "OUTBOX_ACTOR", "actor", default=None,
+        help="Who, for the audit record. Default: the OS user.",
+    ),
+)  # fmt: skip
+queue_type_options = option_stack(
+    env_option("--queue", "OUTBOX_QUEUE", help="Only this queue."),
+    env_option("--type", "OUTBOX_TYPE", "type_", help="Only this type."),
+)
 
 
-def queue_type_options(func: F) -> F:
-    func = click.option(
-        "--type", "type_", envvar="OUTBOX_TYPE", show_envvar=True, help="Only this type."
-    )(func)
-    return click.option(
-        "--queue", envvar="OUTBOX_QUEUE", show_envvar=True, help="Only this queue."
-    )(func)
+def dry_run_option(help_: str) -> Callable[[F], F]:
+    return env_option("--dry-run", "OUTBOX_DRY_RUN", is_flag=True, help=help_)
+
+
+def ids_option(env: str, help_: str) -> Callable[[F], F]:
+    """``--id`` (repeatable) of the commands that change rows chosen by id."""
+    return env_option("--id", env, "ids", multiple=True, type=int, help=help_)
+
+
+def all_option(env: str, help_: str) -> Callable[[F], F]:
+    return env_option("--all", env, "all_", is_flag=True, help=help_)
+
+
+@contextmanager
+def database_work(engine: Engine, what: str) -> Iterator[None]:
+    """Exit 1 with ``<what> failed: <error>`` if the block fails; dispose of the engine."""
+    try:
+        yield
+    except Exception as exc:
+        fail(f"{what} failed: {exc}")
+    finally:
+        engine.dispose()
+
+
+class Requeued(Protocol):
+    @property
+    def ids(self) -> list[int]: ...
+
+
+R = TypeVar("R", bound=Requeued)
+D = TypeVar("D", bound=DeleteResult)
+
+
+def requeue_with_bar(call: Callable[[bool, Progress], R], dry_run: bool, label: str) -> R:
+    """A dry run first (it is --dry-run's answer and gives the progress bar its length),
+    then, unless ``dry_run``, the change, with a bar on stderr."""
+    result = call(True, no_progress)
+    if not dry_run and result.ids:
+        with click.progressbar(length=len(result.ids), label=label, file=sys.stderr) as bar:
+            result = call(False, bar.update)
+    return result
+
+
+def echo_ids(done: str, ids: Sequence[int]) -> None:
+    """``retried 3 row(s): 1 2 3`` (the first 50 ids)."""
+    shown = " ".join(str(i) for i in ids[:50]) + (" ..." if len(ids) > 50 else "")
+    click.echo(f"{done} {len(ids)} row(s)" + (f": {shown}" if shown else ""))
+
+
+def exit_not_matched(past: str, status: str, ids: Sequence[int]) -> None:
+    """Exit 1 naming the asked-for ids the command did not take (none: return)."""
+    if ids:
+        click.echo(
+            f"error: not {past} (no such row, not {status}, or outside the filters): "
+            + " ".join(str(i) for i in ids),
+            err=True,
+        )
+        sys.exit(1)
+
+
+def older_than_option(value: str) -> datetime:
+    """``--older-than`` (``30d``, ``12h``) as the time before which rows go."""
+    try:
+        return utcnow() - parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from None
+
+
+def delete_with_bar(total: int, label: str, run: Callable[[Progress], D]) -> D:
+    with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
+        return run(bar.update)
+
+
+def deleted_json(result: DeleteResult, before: datetime, **extra: Any) -> dict[str, Any]:
+    return {
+        **extra, "deleted": result.deleted, "batches": result.batches,
+        "seconds": round(result.seconds, 3), "rows_per_second": round(result.rows_per_second, 1),
+        "before": before.isoformat(),
+    }  # fmt: skip
+
+
+def deleted_line(what: str, older_than: str, result: DeleteResult) -> str:
+    """``deleted N <what> older than X in B batch(es), S, R rows/s`` (the caller may add)."""
+    return (
+        f"deleted {result.deleted} {what} older than {older_than} in "
+        f"{result.batches} batch(es), {result.seconds:.2f}s, {result.rows_per_second:.0f} rows/s"
+    )
 
 
 def retry_request(ids: tuple[int, ...], all_: bool, reason: str, actor: str | None) -> str:
@@ -93,6 +173,46 @@ def since_option(since: str | None, option: str = "--since") -> datetime | None:
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def echo_row(row: dict[str, Any], as_json: bool) -> None:
+    """One row whole (``--show``): JSON, or ``key: value`` lines with JSON values indented."""
+    if as_json:
+        echo_json(row)
+        return
+    for key, value in row.items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value, indent=2, sort_keys=True)
+        click.echo(f"{key}: {value}")
+
+
+def echo_shown(
+    show_id: int | None,
+    row: dict[str, Any] | None,
+    rows: list[dict[str, Any]],
+    as_json: bool,
+    kind: str,
+) -> bool:
+    """The ``--show ID`` row (exit 1 when there is none) or, with ``--json``, the rows of a
+    failed-rows listing; False: nothing printed, the caller prints its table."""
+    if show_id is not None:
+        if row is None:
+            fail(f"no {kind} row with id {show_id}")
+        echo_row(row, as_json)
+        return True
+    if as_json:
+        echo_json(rows)
+        return True
+    return False
+
+
+def first_line(text: str | None, width: int = 80) -> str:
+    return text.splitlines()[0][:width] if text else ""
+
+
+def counted(n: int, what: str, limit: int) -> str:
+    """``3 failed row(s)``, and `` (limit reached)`` when the listing stopped at ``limit``."""
+    return f"{n} {what}" + (" (limit reached)" if n == limit else "")
 
 
 def table(headers: list[str], rows: list[list[str]]) -> None:

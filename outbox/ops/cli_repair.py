@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,35 +12,39 @@ from sqlalchemy import Engine
 from outbox.clock import utcnow
 from outbox.ops import admin
 from outbox.ops.cli_common import (
+    all_option,
     audit_actor,
     audit_options,
+    database_work,
     db_options,
+    delete_with_bar,
+    deleted_json,
+    deleted_line,
+    dry_run_option,
+    echo_ids,
     echo_json,
-    fail,
+    env_option,
+    exit_not_matched,
+    ids_option,
     json_option,
+    older_than_option,
     open_db,
     queue_type_options,
+    requeue_with_bar,
     retry_request,
     since_option,
 )
-from outbox.ops.parse import parse_duration
+from outbox.ops.core import Progress
 
 
 @click.command("retry")
 @db_options
-@click.option(
-    "--id", "ids", envvar="OUTBOX_RETRY_IDS", show_envvar=True, multiple=True, type=int,
-    help="Retry this failed row (repeat; the env var takes space-separated ids).",
-)  # fmt: skip
-@click.option(
-    "--all", "all_", envvar="OUTBOX_RETRY_ALL", show_envvar=True, is_flag=True,
-    help="Retry every failed row (narrow with --queue/--type).",
-)  # fmt: skip
+@ids_option(
+    "OUTBOX_RETRY_IDS", "Retry this failed row (repeat; the env var takes space-separated ids)."
+)
+@all_option("OUTBOX_RETRY_ALL", "Retry every failed row (narrow with --queue/--type).")
 @queue_type_options
-@click.option(
-    "--dry-run", envvar="OUTBOX_DRY_RUN", show_envvar=True, is_flag=True,
-    help="Show which rows would be retried; change nothing.",
-)  # fmt: skip
+@dry_run_option("Show which rows would be retried; change nothing.")
 @audit_options
 @json_option
 def retry_cmd(
@@ -68,7 +71,7 @@ def retry_cmd(
     """
     who = retry_request(ids, all_, reason, actor)
 
-    def call(dry: bool, progress: Callable[[int], None]) -> admin.RetryResult:
+    def call(dry: bool, progress: Progress) -> admin.RetryResult:
         return admin.retry(
             engine, schema, now=utcnow(), reason=reason, actor=who,
             ids=list(ids) if ids else None, queue=queue, type_=type_, dry_run=dry,
@@ -81,23 +84,20 @@ def retry_cmd(
 
 @click.command("republish")
 @db_options
-@click.option(
-    "--id", "ids", envvar="OUTBOX_REPUBLISH_IDS", show_envvar=True, multiple=True, type=int,
-    help="Republish this sent row (repeat; the env var takes space-separated ids).",
-)  # fmt: skip
-@click.option(
-    "--sent-since", envvar="OUTBOX_SENT_SINCE", show_envvar=True,
+@ids_option(
+    "OUTBOX_REPUBLISH_IDS",
+    "Republish this sent row (repeat; the env var takes space-separated ids).",
+)
+@env_option(
+    "--sent-since",
+    "OUTBOX_SENT_SINCE",
     help="Republish the rows sent since this time (2h, or 2026-11-30T03:00 UTC).",
-)  # fmt: skip
-@click.option(
-    "--sent-until", envvar="OUTBOX_SENT_UNTIL", show_envvar=True,
-    help="With --sent-since: only rows sent before this time.",
+)
+@env_option(
+    "--sent-until", "OUTBOX_SENT_UNTIL", help="With --sent-since: only rows sent before this time."
 )  # fmt: skip
 @queue_type_options
-@click.option(
-    "--dry-run", envvar="OUTBOX_DRY_RUN", show_envvar=True, is_flag=True,
-    help="Show which rows would be republished; change nothing.",
-)  # fmt: skip
+@dry_run_option("Show which rows would be republished; change nothing.")
 @audit_options
 @json_option
 def republish_cmd(
@@ -151,7 +151,7 @@ def republish_cmd(
     if since is not None and until is not None and not as_json:
         click.echo(f"window: sent from {since.isoformat()} to {until.isoformat()} (UTC)")
 
-    def call(dry: bool, progress: Callable[[int], None]) -> admin.RetryResult:
+    def call(dry: bool, progress: Progress) -> admin.RetryResult:
         return admin.republish(
             engine, schema, now=utcnow(), reason=reason, actor=who,
             ids=list(ids) if ids else None, sent_since=since, sent_until=until,
@@ -181,7 +181,7 @@ REPUBLISH = Verb("republish", "republished", "republishing", "sent")
 
 def _requeue(
     engine: Engine,
-    call: Callable[[bool, Callable[[int], None]], admin.RetryResult],
+    call: Callable[[bool, Progress], admin.RetryResult],
     verb: Verb,
     dry_run: bool,
     as_json: bool,
@@ -191,48 +191,31 @@ def _requeue(
 ) -> None:
     """Run a retry or republish (a dry run first: it is --dry-run's answer and gives the
     progress bar its length), print what it did, exit 1 if some --id did not match."""
-    try:
-        result = call(True, lambda _n: None)
-        if not dry_run and result.ids:
-            with click.progressbar(
-                length=len(result.ids), label=verb.doing, file=sys.stderr
-            ) as bar:
-                result = call(False, bar.update)
-    except Exception as exc:
-        fail(f"{verb.name} failed: {exc}")
-    finally:
-        engine.dispose()
+    with database_work(engine, verb.name):
+        result = requeue_with_bar(call, dry_run, verb.doing)
     if as_json:
         echo_json(
             {"ids": result.ids, f"not_{verb.status}": result.not_matched, "dry_run": dry_run,
              "by": who, **extra}
         )  # fmt: skip
     else:
-        shown = " ".join(str(i) for i in result.ids[:50])
-        more = " ..." if len(result.ids) > 50 else ""
-        done = f"would {verb.name}" if dry_run else verb.past
-        click.echo(f"{done} {len(result.ids)} row(s){': ' + shown + more if shown else ''}")
+        echo_ids(f"would {verb.name}" if dry_run else verb.past, result.ids)
         if result.ids and not dry_run:
             click.echo(f"audit: {verb.name} by {who}: {reason}")
-    if result.not_matched:
-        click.echo(
-            f"error: not {verb.past} (no such row, not {verb.status}, or outside the filters): "
-            + " ".join(str(i) for i in result.not_matched),
-            err=True,
-        )
-        sys.exit(1)
+    exit_not_matched(verb.past, verb.status, result.not_matched)
 
 
 @click.command("compact")
 @db_options
-@click.option(
-    "--older-than", envvar="OUTBOX_COMPACT_OLDER_THAN", show_envvar=True, required=True,
+@env_option(
+    "--older-than",
+    "OUTBOX_COMPACT_OLDER_THAN",
+    required=True,
     help="Delete sent rows sent longer ago than this (7d, 12h, 2w).",
-)  # fmt: skip
-@click.option(
-    "--batch", envvar="OUTBOX_COMPACT_BATCH", show_envvar=True, default=10000,
-    show_default=True, type=click.IntRange(1, admin.MAX_COMPACT_BATCH),
-    help="Rows per delete transaction.",
+)
+@env_option(
+    "--batch", "OUTBOX_COMPACT_BATCH", default=10000, show_default=True,
+    type=click.IntRange(1, admin.MAX_COMPACT_BATCH), help="Rows per delete transaction.",
 )  # fmt: skip
 @json_option
 def compact_cmd(
@@ -247,36 +230,18 @@ def compact_cmd(
     Exit codes: 0 done (also when nothing was old enough), 1 the database failed,
     2 bad option.
     """
-    try:
-        age = parse_duration(older_than)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--older-than") from None
+    before = older_than_option(older_than)
     engine, schema = open_db(dsn, outbox_table, inbox_table)
-    before = utcnow() - age
-    try:
+    with database_work(engine, "compact"):
         total = admin.count_compactable(engine, schema, before)
-        with click.progressbar(length=total, label="compacting", file=sys.stderr) as bar:
-            result = admin.compact(engine, schema, before=before, batch=batch, progress=bar.update)
-    except Exception as exc:
-        fail(f"compact failed: {exc}")
-    finally:
-        engine.dispose()
+        result = delete_with_bar(
+            total, "compacting",
+            lambda bar: admin.compact(engine, schema, before=before, batch=batch, progress=bar),
+        )  # fmt: skip
     if as_json:
-        echo_json(
-            {
-                "deleted": result.deleted,
-                "batches": result.batches,
-                "seconds": round(result.seconds, 3),
-                "rows_per_second": round(result.rows_per_second, 1),
-                "before": before.isoformat(),
-            }
-        )
+        echo_json(deleted_json(result, before))
     else:
-        click.echo(
-            f"deleted {result.deleted} sent row(s) older than {older_than} in "
-            f"{result.batches} batch(es), {result.seconds:.2f}s, "
-            f"{result.rows_per_second:.0f} rows/s"
-        )
+        click.echo(deleted_line("sent row(s)", older_than, result))
 
 
 commands: list[click.Command] = [retry_cmd, republish_cmd, compact_cmd]

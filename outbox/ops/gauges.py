@@ -3,7 +3,8 @@ the longest-blocked serial group.
 
 :class:`DatabaseGauges` is a prometheus-client collector that runs its two grouped queries
 (``outbox.ops.queries.outbox_gauges`` / ``inbox_gauges``) at most once per refresh interval
-however often Prometheus scrapes. ``outbox.metrics`` re-exports everything public here.
+however often Prometheus scrapes. ``outbox.metrics`` re-exports everything public here; the
+names are ``outbox.metric_names``'.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -23,33 +23,21 @@ from sqlalchemy import Engine
 from outbox import states
 from outbox.clock import utcnow
 from outbox.dsn import mask
+from outbox.metric_names import (
+    FAILED_COUNT,
+    GAUGES_REFRESH_ERRORS_TOTAL,
+    GAUGES_REFRESH_SECONDS,
+    INBOX_FAILED_COUNT,
+    INBOX_GROUP_BLOCKED_SECONDS,
+    INBOX_PROCESSING_COUNT,
+    INBOX_WAITING_COUNT,
+    PENDING_COUNT,
+    PENDING_SECONDS,
+)
 from outbox.ops import queries as q
 from outbox.schema import Schema, schema_for
 
 log = logging.getLogger(__name__)
-
-# The gauges DatabaseGauges yields. outbox.metrics re-exports them with the other names.
-PENDING_COUNT: Final = "outbox_pending_count"
-PENDING_SECONDS: Final = "outbox_pending_seconds"
-FAILED_COUNT: Final = "outbox_failed_count"
-INBOX_WAITING_COUNT: Final = "inbox_waiting_count"
-INBOX_PROCESSING_COUNT: Final = "inbox_processing_count"
-INBOX_FAILED_COUNT: Final = "inbox_failed_count"
-INBOX_GROUP_BLOCKED_SECONDS: Final = "inbox_group_blocked_seconds"
-GAUGES_REFRESH_SECONDS: Final = "outbox_gauges_refresh_seconds"
-GAUGES_REFRESH_ERRORS_TOTAL: Final = "outbox_gauges_refresh_errors_total"
-
-DATABASE_GAUGE_NAMES: Final = (
-    PENDING_COUNT,
-    PENDING_SECONDS,
-    FAILED_COUNT,
-    INBOX_WAITING_COUNT,
-    INBOX_PROCESSING_COUNT,
-    INBOX_FAILED_COUNT,
-    INBOX_GROUP_BLOCKED_SECONDS,
-    GAUGES_REFRESH_SECONDS,
-    GAUGES_REFRESH_ERRORS_TOTAL,
-)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,15 @@ table it deletes from) is handled in ``compact_delete``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     Delete,
+    Insert,
     Select,
     Table,
     Update,
@@ -22,14 +24,21 @@ from sqlalchemy import (
     delete,
     func,
     select,
+    text,
     update,
 )
+from sqlalchemy.sql.elements import TextClause
 
 from outbox import states
 
 INBOX_WAITING_STATES = (states.READY, states.WAITING, states.RETRY)
 INBOX_FAILED_STATES = (states.FAILED, states.HALTED)
 INBOX_GAUGE_STATES = (*INBOX_WAITING_STATES, states.PROCESSING, *INBOX_FAILED_STATES)
+
+
+def ping() -> TextClause:
+    """The cheapest statement every database answers: ``outbox check``'s reachability."""
+    return text("SELECT 1")
 
 
 # ---- gauges (cheap: they read only unfinished or failed rows through an index on status/state)
@@ -96,6 +105,32 @@ def inbox_duplicates(t: Table) -> Select[Any]:
 # ---- failed / retry
 
 
+def matching(
+    t: Table,
+    first: ColumnElement[bool],
+    *,
+    equal: Mapping[str, Any] | None = None,
+    error_like: str | None = None,
+    since_column: str = "occurred_at",
+    since: datetime | None = None,
+    ids: Sequence[int] | None = None,
+) -> list[ColumnElement[bool]]:
+    """``first`` (the status or state the command takes) and the operator's filters, each
+    only when given: the ``equal`` columns, a substring of last_error, a time, the ids."""
+    conditions = [first]
+    conditions.extend(
+        t.c[name] == value for name, value in (equal or {}).items() if value is not None
+    )
+    if error_like is not None:
+        # A plain substring: the operator types text, not a LIKE pattern.
+        conditions.append(t.c.last_error.contains(error_like, autoescape=True))
+    if since is not None:
+        conditions.append(t.c[since_column] >= since)
+    if ids is not None:
+        conditions.append(t.c.id.in_(list(ids)))
+    return conditions
+
+
 def _rows_filter(
     t: Table,
     *,
@@ -106,19 +141,21 @@ def _rows_filter(
     since: datetime | None = None,
     ids: Sequence[int] | None = None,
 ) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = [t.c.status == status]
-    if queue is not None:
-        conditions.append(t.c.queue == queue)
-    if type_ is not None:
-        conditions.append(t.c.type == type_)
-    if error_like is not None:
-        # A plain substring: the operator types text, not a LIKE pattern.
-        conditions.append(t.c.last_error.contains(error_like, autoescape=True))
-    if since is not None:
-        conditions.append(t.c.occurred_at >= since)
-    if ids is not None:
-        conditions.append(t.c.id.in_(list(ids)))
-    return conditions
+    return matching(
+        t, t.c.status == status, equal={"queue": queue, "type": type_},
+        error_like=error_like, since=since, ids=ids,
+    )  # fmt: skip
+
+
+def for_update(stmt: Select[Any], conn: Connection, lock: bool) -> Select[Any]:
+    """``stmt`` as SELECT ... FOR UPDATE when ``lock``; SQLite has no such clause (its write
+    lock is taken at BEGIN)."""
+    return stmt.with_for_update() if lock and conn.dialect.name != "sqlite" else stmt
+
+
+def audit_insert(audit: Table, **values: Any) -> Insert:
+    """One record of an operator's change (who, when, why, which rows)."""
+    return audit.insert().values(**values)
 
 
 def list_failed(

@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Table, select
 
 from outbox import states
 from outbox.schema import schema_for
@@ -58,9 +58,10 @@ def inbox_row(
     seq: int,
     serial_group: str | None = None,
     duplicates: int = 0,
+    table: Table = SCHEMA.inbox,
 ) -> None:
     conn.execute(
-        SCHEMA.inbox.insert().values(
+        table.insert().values(
             event_id=uuid.uuid4(),
             consumer=consumer,
             queue="jobs",

@@ -26,6 +26,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from inbox import queries as inbox_q  # noqa: E402
 from inbox import queries_groups as groups_q  # noqa: E402
 from outbox import migrate  # noqa: E402
+from outbox.dialect import POSTGRESQL  # noqa: E402
 from outbox.dsn import make_engine  # noqa: E402
 from outbox.ops import queries as ops_q  # noqa: E402
 from outbox.schema import schema_for  # noqa: E402
@@ -90,7 +91,7 @@ QUERIES: list[tuple[str, str, Callable[[], Any]]] = [
         "Worker: marked head-of-group pass, the groups marked for it",
         "ix_inbox_groups_check (consumer, needs_check, serial_group): marked groups in name "
         "order, however many groups and rows the consumer has. Every 5 s.",
-        lambda: groups_q.to_check(S.groups, "postgresql", first=False).params(
+        lambda: groups_q.to_check(S.groups, POSTGRESQL, first=False).params(
             consumer="consumer1", after="", limit=300
         ),
     ),

@@ -1,4 +1,5 @@
-"""``outbox worker`` and ``outbox inbox ...`` (registered on the ``outbox`` group by outbox.cli)."""
+"""``outbox worker`` and ``outbox inbox ...`` (registered on the ``outbox`` group by
+outbox_cli.main)."""
 
 from __future__ import annotations
 

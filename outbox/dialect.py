@@ -301,10 +301,6 @@ _BY_NAME: dict[str, Dialect] = {
 }
 
 
-# Dialect names whose timestamps keep their zone, for a check per bound value.
-AWARE_DATETIME_NAMES = frozenset(name for name, d in _BY_NAME.items() if d.aware_datetimes)
-
-
 def dialect_of(bind: Bind) -> Dialect:
     """The seam object of ``bind``'s database. Unsupported databases are refused."""
     if isinstance(bind, SQLAlchemyDialect):

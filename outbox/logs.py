@@ -22,7 +22,7 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 OUR_LOGGERS = ("outbox", "relay", "inbox")
 # Library output that reaches Python logging under one of our names (librdkafka's log lines
 # are handed to a logger of ours): it follows the libraries' level.
-LIBRARY_LOGGERS_INSIDE_OURS = ("relay.publishers.kafka.librdkafka",)
+LIBRARY_LOGGERS_INSIDE_OURS = ("outbox.brokers.kafka.librdkafka",)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -15,7 +15,6 @@ from uuid import UUID
 
 from sqlalchemy import (
     ColumnElement,
-    Connection,
     DateTime,
     Integer,
     Select,
@@ -32,14 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.sql.dml import Delete
 
-from outbox.dialect import POSTGRESQL, SQLITE, dialect_of
-
-
-def dialect_family(conn: Connection) -> str:
-    """``postgresql``, ``mysql`` (MariaDB included) or ``sqlite`` (for the operator
-    commands; the rest asks ``outbox.dialect`` directly)."""
-    return dialect_of(conn).family
-
+from outbox.dialect import POSTGRESQL, SQLITE
 
 # Statements are built once per table and reused: SQLAlchemy then finds their compiled form
 # in its cache. A ``values([...])`` statement built per call is compiled per call (~0.5 ms).

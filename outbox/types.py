@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from outbox.dialect import AWARE_DATETIME_NAMES, column_types_of
+from outbox.dialect import column_types_of
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -32,7 +32,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
         value = value.astimezone(UTC)
-        if dialect.name in AWARE_DATETIME_NAMES:
+        if column_types_of(dialect).aware_datetimes:
             return value
         return value.replace(tzinfo=None)
 

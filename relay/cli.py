@@ -1,4 +1,4 @@
-"""``outbox relay`` (registered on the ``outbox`` group by outbox.cli)."""
+"""``outbox relay`` (registered on the ``outbox`` group by outbox_cli.main)."""
 
 from __future__ import annotations
 

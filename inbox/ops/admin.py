@@ -21,10 +21,10 @@ from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
 from inbox.ops import queries as q
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
+from outbox.dialect import dialect_of
 from outbox.ops import core
 from outbox.ops.core import Progress, locking_reads, no_progress
 from outbox.ops.queries import for_update
-from outbox.queries import dialect_family
 from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.ops")
@@ -142,7 +142,7 @@ def retry(
 
 def _wake_workers(conn: Connection, config: OutboxConfig, rows: Sequence[Any]) -> None:
     """PostgreSQL: NOTIFY the consumers of ``rows`` at commit, so their workers look now."""
-    if conn.dialect.name != "postgresql":
+    if not dialect_of(conn).notifies:
         return
     for name in sorted({str(r.consumer) for r in rows}):
         stub = Consumer(name, queues=["retry"], config=config)
@@ -325,8 +325,7 @@ def _forget_clean_groups(engine: Engine, groups: Table, consumer: str | None, ba
     forgotten = 0
     while True:
         with locking_reads(engine) as conn, conn.begin():
-            family = dialect_family(conn)
-            found = conn.execute(q.clean_groups(groups, consumer, batch, family)).all()
+            found = conn.execute(q.clean_groups(groups, consumer, batch, dialect_of(conn))).all()
             keys = [(str(r.consumer), str(r.serial_group)) for r in found]
             if keys:
                 forgotten += int(conn.execute(q.forget_groups(groups, keys)).rowcount)

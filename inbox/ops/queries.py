@@ -31,6 +31,7 @@ from sqlalchemy import update as sql_update
 from inbox.queries import notify as notify
 from inbox.queries import unblock as _unblock
 from outbox import states
+from outbox.dialect import Dialect
 from outbox.ops.queries import matching
 
 # Dead rows: ``failed`` and ``halted`` (dead under on_dead="halt", holding its group).
@@ -195,7 +196,7 @@ def prune_batch_ids(t: Table, before: datetime, consumer: str | None, batch: int
     return select(t.c.id).where(*_prunable(t, before, consumer)).limit(batch)
 
 
-def clean_groups(groups: Table, consumer: str | None, batch: int, family: str) -> Select[Any]:
+def clean_groups(groups: Table, consumer: str | None, batch: int, dialect: Dialect) -> Select[Any]:
     """Up to ``batch`` ``inbox_groups`` rows with nothing for the head pass, locked ``SKIP
     LOCKED`` (a row a marker or the head pass holds is left for the next prune)."""
     c = groups.c
@@ -203,7 +204,7 @@ def clean_groups(groups: Table, consumer: str | None, batch: int, family: str) -
     if consumer is not None:
         stmt = stmt.where(c.consumer == consumer)
     stmt = stmt.limit(batch)
-    return stmt if family == "sqlite" else stmt.with_for_update(skip_locked=True)
+    return dialect.skip_locked(stmt)
 
 
 def forget_groups(groups: Table, keys: Sequence[tuple[str, str]]) -> Delete:

@@ -18,9 +18,9 @@ from confluent_kafka.cimpl import NewTopic
 from outbox.transport import BrokerUnavailable
 
 log = logging.getLogger(__name__)
-# librdkafka's log lines, of producers and consumers alike. The name is the one log
-# configurations (and outbox.logs, which gives it the libraries' level) already know.
-CLIENT_LOGGER = "relay.publishers.kafka.librdkafka"
+# librdkafka's log lines, of producers and consumers alike; outbox.logs gives this name the
+# libraries' level (a unit test keeps the two in step).
+CLIENT_LOGGER = "outbox.brokers.kafka.librdkafka"
 _client_log = logging.getLogger(CLIENT_LOGGER)
 
 # Partitions of a topic we create, unless the publisher or source is told otherwise.

@@ -1,6 +1,6 @@
 """Operator commands: ``outbox metrics | stats | failed | retry | compact | check``.
 
-Registered on the ``outbox`` group by ``outbox.cli``. Every option reads an environment
+Registered on the ``outbox`` group by ``outbox_cli.main``. Every option reads an environment
 variable; output that lists has ``--json``; progress bars go to stderr so ``--json`` output
 stays parseable; every URL printed is masked.
 """

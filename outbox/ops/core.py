@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Delete, Engine, Row, Select, Table, Update
 
+from outbox.dialect import dialect_of
 from outbox.ops import queries as q
 
 # Ids per UPDATE/DELETE ... WHERE id IN (...): far under every driver's parameter limit.
@@ -65,9 +66,7 @@ def locking_reads(engine: Engine) -> Connection:
     rows sent, stalling both until the operator's transaction ends (the relay runs READ
     COMMITTED for the same reason). PostgreSQL is READ COMMITTED already; SQLite has one
     writer whatever the level."""
-    if engine.dialect.name in ("mysql", "mariadb"):
-        return engine.connect().execution_options(isolation_level="READ COMMITTED")
-    return engine.connect()
+    return dialect_of(engine).read_committed(engine).connect()
 
 
 def check_reason(reason: str) -> None:

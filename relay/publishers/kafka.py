@@ -174,27 +174,7 @@ class KafkaPublisher:
             while todo:
                 group = todo.popleft()
                 decided = len(result)
-                reports = self._produce_and_wait(group, deadline)
-                # (needs a new producer, messages) in row order
-                again: list[tuple[bool, list[Outgoing]]] = []
-                for item in group:
-                    error = reports[item.row_id].error
-                    verdict = _classify(error)
-                    if verdict == "confirmed":
-                        result[item.row_id] = None
-                    elif verdict == "refused" and len(group) > 1 and _batch_wide(error):
-                        again.append((False, [item]))
-                    elif verdict == "refused":
-                        result[item.row_id] = reason(error)
-                    elif verdict == "restart":
-                        if again and again[-1][0]:
-                            again[-1][1].append(item)
-                        else:
-                            again.append((True, [item]))
-                    else:
-                        raise BrokerUnavailable(
-                            f"delivery to {item.destination} failed: {reason(error)}"
-                        )
+                again = _triage(group, self._produce_and_wait(group, deadline), result)
                 if len(result) > decided:
                     # only new producers in a row that decide nothing count: each bad record
                     # costs one on tansu, and a batch may hold several bad records
@@ -265,6 +245,30 @@ class KafkaPublisher:
                     f"for {left} of {len(items)} messages"
                 )
         return reports
+
+
+def _triage(
+    group: Sequence[Outgoing], reports: Mapping[int, _Report], result: dict[int, str | None]
+) -> list[tuple[bool, list[Outgoing]]]:
+    """Record the confirmed and refused messages of ``group`` in ``result``; the rest come
+    back in row order as (needs a new producer, messages) to produce again."""
+    again: list[tuple[bool, list[Outgoing]]] = []
+    for item in group:
+        error = reports[item.row_id].error
+        verdict = _classify(error)
+        if verdict == "confirmed":
+            result[item.row_id] = None
+        elif verdict == "refused" and len(group) > 1 and _batch_wide(error):
+            again.append((False, [item]))
+        elif verdict == "refused":
+            result[item.row_id] = reason(error)
+        elif verdict != "restart":
+            raise BrokerUnavailable(f"delivery to {item.destination} failed: {reason(error)}")
+        elif again and again[-1][0]:
+            again[-1][1].append(item)
+        else:
+            again.append((True, [item]))
+    return again
 
 
 def _callback(report: _Report) -> Any:

@@ -1,4 +1,4 @@
-"""Checks on a message before anything is written (SPEC section 5).
+"""Checks on a message before anything is written (the bad-input rules of docs/architecture.md).
 
 Pure functions: they take values and the config, return normalised values or raise
 ``ValidationError`` naming the field.

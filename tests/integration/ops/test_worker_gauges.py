@@ -50,7 +50,7 @@ def test_worker_gauges_read_the_consumers_own_inbox_table(engine: Engine, dsn: s
     # When a worker of that consumer serves its metrics
     port = free_port()
     args = [
-        sys.executable, "-m", "outbox.cli", "worker", TARGET, "--dsn", dsn,
+        sys.executable, "-m", "outbox_cli", "worker", TARGET, "--dsn", dsn,
         "--metrics-port", str(port), "--time-limit", "60", "--log-level", "WARNING",
     ]  # fmt: skip
     worker = subprocess.Popen(args, cwd=ROOT)

@@ -46,13 +46,21 @@ def fail(message: str, code: int = 1) -> NoReturn:
 dsn_option = env_option("--dsn", "OUTBOX_DSN", required=True, help=DSN_HELP)
 
 
+def outbox_table_option(help_: str) -> Callable[[F], F]:
+    return env_option(
+        "--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True, help=help_
+    )
+
+
+def queues_option(help_: str) -> Callable[[F], F]:
+    """``--queue`` (repeatable) of the long-running commands: the queues they serve."""
+    return env_option("--queue", "OUTBOX_QUEUE", "queues", multiple=True, help=help_)
+
+
 # --dsn, --outbox-table and --inbox-table, each with its environment variable.
 db_options = option_stack(
     dsn_option,
-    env_option(
-        "--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True,
-        help="Name of the outbox table (the audit table is <name>_audit).",
-    ),
+    outbox_table_option("Name of the outbox table (the audit table is <name>_audit)."),
     env_option(
         "--inbox-table", "OUTBOX_INBOX_TABLE", default="inbox", show_default=True,
         help="Name of the inbox table.",

@@ -102,19 +102,9 @@ def stats(engine: Engine, schema: Schema, now: datetime) -> Stats:
 
 
 def list_failed(
-    engine: Engine,
-    schema: Schema,
-    *,
-    queue: str | None = None,
-    type_: str | None = None,
-    error_like: str | None = None,
-    since: datetime | None = None,
-    limit: int = 100,
+    engine: Engine, schema: Schema, *, limit: int = 100, **filters: Unpack[q.RowFilters]
 ) -> list[dict[str, Any]]:
-    stmt = q.list_failed(
-        schema.outbox, queue=queue, type_=type_, error_like=error_like, since=since, limit=limit
-    )
-    return core.fetch_rows(engine, stmt)
+    return core.fetch_rows(engine, q.list_failed(schema.outbox, limit=limit, **filters))
 
 
 def show(engine: Engine, schema: Schema, row_id: int) -> dict[str, Any] | None:

@@ -8,6 +8,8 @@ errors are printed with passwords masked. The work is in ``inbox.ops``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from inbox.cli_options import consumer_option, group_option, type_option
@@ -15,6 +17,7 @@ from inbox.ops import admin
 from inbox.ops.groups import blocked_groups
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
+    DeadListing,
     counted,
     database_work,
     db_options,
@@ -22,11 +25,13 @@ from outbox.ops.cli_common import (
     deleted_json,
     deleted_line,
     dry_run_option,
+    echo_dead,
     echo_json,
-    echo_shown,
     env_option,
+    error_like_option,
     first_line,
     json_option,
+    limit_option,
     older_than_option,
     open_config,
     since_option,
@@ -40,22 +45,13 @@ from outbox.ops.parse import format_age
 @consumer_option
 @type_option
 @group_option
-@env_option(
-    "--error-like", "OUTBOX_ERROR_LIKE", help="Only rows whose last_error contains this text."
-)
+@error_like_option
 @env_option(
     "--since",
     "OUTBOX_SINCE",
     help="Only rows that died since: a duration back (2h, 7d) or ISO time.",
 )
-@env_option(
-    "--limit",
-    "OUTBOX_LIMIT",
-    help="At most this many rows.",
-    default=100,
-    show_default=True,
-    type=click.IntRange(1, 100000),
-)
+@limit_option("At most this many rows.")
 @env_option(
     "--show", "OUTBOX_INBOX_SHOW", "show_id", type=int,
     help="Show one inbox row whole: payload, headers, attempts, last_error, event_id, "
@@ -84,23 +80,29 @@ def failed_cmd(
     """
     since_at = since_option(since)
     engine, config = open_config(dsn, outbox_table, inbox_table)
-    with database_work(engine, "inbox"):
-        row = admin.show(engine, show_id, config=config) if show_id is not None else None
-        rows = [] if show_id is not None else admin.list_failed(
+    echo_dead(
+        engine, _DEAD,
+        lambda row_id: admin.show(engine, row_id, config=config),
+        lambda: admin.list_failed(
             engine, config=config, consumer=consumer, type_=type_, group=group,
             error_like=error_like, since=since_at, limit=limit,
-        )  # fmt: skip
-    if echo_shown(show_id, row, rows, as_json, "inbox"):
-        return
-    table(
-        ["ID", "CONSUMER", "GROUP", "TYPE", "STATE", "ATTEMPTS", "DIED", "LAST ERROR"],
-        [
-            [str(r["id"]), r["consumer"], r["serial_group"] or "-", r["type"], r["state"],
-             str(r["attempts"]), str(r["finished_at"] or "")[:19], first_line(r["last_error"])]
-            for r in rows
-        ],
+        ),
+        show_id=show_id, limit=limit, as_json=as_json,
     )  # fmt: skip
-    click.echo(counted(len(rows), "dead row(s)", limit))
+
+
+def _dead_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        str(r["id"]), r["consumer"], r["serial_group"] or "-", r["type"], r["state"],
+        str(r["attempts"]), str(r["finished_at"] or "")[:19], first_line(r["last_error"]),
+    ]  # fmt: skip
+
+
+_DEAD = DeadListing(
+    "inbox", "inbox",
+    ["ID", "CONSUMER", "GROUP", "TYPE", "STATE", "ATTEMPTS", "DIED", "LAST ERROR"],
+    _dead_cells, "dead row(s)",
+)  # fmt: skip
 
 
 @click.command("prune")
@@ -177,10 +179,7 @@ def prune_cmd(
 @click.command("groups")
 @db_options
 @consumer_option
-@env_option(
-    "--limit", "OUTBOX_LIMIT", help="At most this many groups.", default=100, show_default=True,
-    type=click.IntRange(1, 100000),
-)  # fmt: skip
+@limit_option("At most this many groups.")
 @json_option
 def groups_cmd(
     dsn: str, outbox_table: str, inbox_table: str, consumer: str | None, limit: int, as_json: bool

@@ -8,6 +8,7 @@ stays parseable; every URL printed is masked.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 from prometheus_client import CollectorRegistry, generate_latest
@@ -17,15 +18,17 @@ from outbox.metrics import DatabaseGauges
 from outbox.ops import admin, cli_repair
 from outbox.ops.check import check_broker, check_database
 from outbox.ops.cli_common import (
-    counted,
+    DeadListing,
     database_work,
     db_options,
+    echo_dead,
     echo_json,
-    echo_shown,
     env_option,
+    error_like_option,
     fail,
     first_line,
     json_option,
+    limit_option,
     open_db,
     queue_type_options,
     since_option,
@@ -102,22 +105,13 @@ def stats_cmd(dsn: str, outbox_table: str, inbox_table: str, as_json: bool) -> N
 @click.command("failed")
 @db_options
 @queue_type_options
-@env_option(
-    "--error-like", "OUTBOX_ERROR_LIKE", help="Only rows whose last_error contains this text."
-)
+@error_like_option
 @env_option(
     "--since",
     "OUTBOX_SINCE",
     help="Only rows stored since: a duration back from now (2h, 7d) or an ISO time.",
 )
-@env_option(
-    "--limit",
-    "OUTBOX_LIMIT",
-    default=100,
-    show_default=True,
-    type=click.IntRange(1, 100000),
-    help="At most this many rows.",
-)
+@limit_option("At most this many rows.")
 @env_option(
     "--show", "OUTBOX_SHOW", "show_id", type=int,
     help="Show one row whole: payload, headers, attempts, last_error.",
@@ -143,23 +137,28 @@ def failed_cmd(
     """
     since_at = since_option(since)
     engine, schema = open_db(dsn, outbox_table, inbox_table)
-    with database_work(engine, "failed"):
-        row = admin.show(engine, schema, show_id) if show_id is not None else None
-        rows = [] if show_id is not None else admin.list_failed(
+    echo_dead(
+        engine, _FAILED,
+        lambda row_id: admin.show(engine, schema, row_id),
+        lambda: admin.list_failed(
             engine, schema, queue=queue, type_=type_, error_like=error_like, since=since_at,
             limit=limit,
-        )  # fmt: skip
-    if echo_shown(show_id, row, rows, as_json, "outbox"):
-        return
-    table(
-        ["ID", "QUEUE", "PRIO", "TYPE", "ATTEMPTS", "OCCURRED", "LAST ERROR"],
-        [
-            [str(r["id"]), r["queue"], str(r["priority"]), r["type"], str(r["attempts"]),
-             str(r["occurred_at"])[:19], first_line(r["last_error"])]
-            for r in rows
-        ],
+        ),
+        show_id=show_id, limit=limit, as_json=as_json,
     )  # fmt: skip
-    click.echo(counted(len(rows), "failed row(s)", limit))
+
+
+def _failed_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        str(r["id"]), r["queue"], str(r["priority"]), r["type"], str(r["attempts"]),
+        str(r["occurred_at"])[:19], first_line(r["last_error"]),
+    ]  # fmt: skip
+
+
+_FAILED = DeadListing(
+    "failed", "outbox", ["ID", "QUEUE", "PRIO", "TYPE", "ATTEMPTS", "OCCURRED", "LAST ERROR"],
+    _failed_cells, "failed row(s)",
+)  # fmt: skip
 
 
 @click.command("check")

@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -45,6 +46,17 @@ queue_type_options = option_stack(
     env_option("--queue", "OUTBOX_QUEUE", help="Only this queue."),
     env_option("--type", "OUTBOX_TYPE", "type_", help="Only this type."),
 )
+error_like_option = env_option(
+    "--error-like", "OUTBOX_ERROR_LIKE", help="Only rows whose last_error contains this text."
+)
+
+
+def limit_option(help_: str) -> Callable[[F], F]:
+    """``--limit`` of the listing commands."""
+    return env_option(
+        "--limit", "OUTBOX_LIMIT", default=100, show_default=True,
+        type=click.IntRange(1, 100000), help=help_,
+    )  # fmt: skip
 
 
 def dry_run_option(help_: str) -> Callable[[F], F]:
@@ -204,6 +216,40 @@ def echo_shown(
         echo_json(rows)
         return True
     return False
+
+
+@dataclass(frozen=True)
+class DeadListing:
+    """How a failed-rows command prints: ``work`` names it when the database fails,
+    ``kind`` the table when the --show row is missing; the listing is a table of
+    ``headers``, a row's ``cells`` each, counted as ``what``."""
+
+    work: str
+    kind: str
+    headers: list[str]
+    cells: Callable[[dict[str, Any]], list[str]]
+    what: str
+
+
+def echo_dead(
+    engine: Engine,
+    listing: DeadListing,
+    show: Callable[[int], dict[str, Any] | None],
+    rows: Callable[[], list[dict[str, Any]]],
+    *,
+    show_id: int | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """What a failed-rows command does once its options are read: the ``--show`` row
+    whole, or else the ``rows`` as JSON or as a table and their count."""
+    with database_work(engine, listing.work):
+        row = show(show_id) if show_id is not None else None
+        found = [] if show_id is not None else rows()
+    if echo_shown(show_id, row, found, as_json, listing.kind):
+        return
+    table(listing.headers, [listing.cells(r) for r in found])
+    click.echo(counted(len(found), listing.what, limit))
 
 
 def first_line(text: str | None, width: int = 80) -> str:

@@ -17,10 +17,12 @@ from inbox.ops import admin
 from inbox.ops.groups import blocked_groups
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
-    DeadListing,
+    Database,
+    DeadTable,
+    Listing,
     counted,
+    database_options,
     database_work,
-    db_options,
     delete_with_bar,
     deleted_json,
     deleted_line,
@@ -28,12 +30,11 @@ from outbox.ops.cli_common import (
     echo_dead,
     echo_json,
     env_option,
-    error_like_option,
     first_line,
     json_option,
     limit_option,
+    listing_options,
     older_than_option,
-    open_config,
     since_option,
     table,
 )
@@ -41,35 +42,17 @@ from outbox.ops.parse import format_age
 
 
 @click.command("failed")
-@db_options
+@database_options
 @consumer_option
 @type_option
 @group_option
-@error_like_option
-@env_option(
-    "--since",
-    "OUTBOX_SINCE",
-    help="Only rows that died since: a duration back (2h, 7d) or ISO time.",
+@listing_options(
+    "Only rows that died since: a duration back (2h, 7d) or ISO time.",
+    "OUTBOX_INBOX_SHOW",
+    "Show one inbox row whole: payload, headers, attempts, last_error, event_id, consumer, group.",
 )
-@limit_option("At most this many rows.")
-@env_option(
-    "--show", "OUTBOX_INBOX_SHOW", "show_id", type=int,
-    help="Show one inbox row whole: payload, headers, attempts, last_error, event_id, "
-    "consumer, group.",
-)  # fmt: skip
-@json_option
 def failed_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
-    consumer: str | None,
-    type_: str | None,
-    group: str | None,
-    error_like: str | None,
-    since: str | None,
-    limit: int,
-    show_id: int | None,
-    as_json: bool,
+    db: Database, consumer: str | None, type_: str | None, group: str | None, listing: Listing
 ) -> None:
     """List dead inbox rows (failed, and halted: dead and holding their group), oldest
     first, or show one row with --show ID.
@@ -78,16 +61,15 @@ def failed_cmd(
     Exit codes: 0 printed (even an empty list), 1 the database could not be read or the
     --show row does not exist, 2 bad option.
     """
-    since_at = since_option(since)
-    engine, config = open_config(dsn, outbox_table, inbox_table)
+    since_at = since_option(listing.since)
+    engine, config = db.open_config()
     echo_dead(
-        engine, _DEAD,
+        engine, _DEAD, listing,
         lambda row_id: admin.show(engine, row_id, config=config),
         lambda: admin.list_failed(
             engine, config=config, consumer=consumer, type_=type_, group=group,
-            error_like=error_like, since=since_at, limit=limit,
+            error_like=listing.error_like, since=since_at, limit=listing.limit,
         ),
-        show_id=show_id, limit=limit, as_json=as_json,
     )  # fmt: skip
 
 
@@ -98,7 +80,7 @@ def _dead_cells(r: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
-_DEAD = DeadListing(
+_DEAD = DeadTable(
     "inbox", "inbox",
     ["ID", "CONSUMER", "GROUP", "TYPE", "STATE", "ATTEMPTS", "DIED", "LAST ERROR"],
     _dead_cells, "dead row(s)",
@@ -106,7 +88,7 @@ _DEAD = DeadListing(
 
 
 @click.command("prune")
-@db_options
+@database_options
 @env_option(
     "--older-than",
     "OUTBOX_INBOX_PRUNE_OLDER_THAN",
@@ -121,9 +103,7 @@ _DEAD = DeadListing(
 @dry_run_option("Count what would be deleted; delete nothing.")
 @json_option
 def prune_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
+    db: Database,
     older_than: str,
     consumer: str | None,
     batch: int,
@@ -147,7 +127,7 @@ def prune_cmd(
     2 bad option.
     """
     before = older_than_option(older_than)
-    engine, config = open_config(dsn, outbox_table, inbox_table)
+    engine, config = db.open_config()
     with database_work(engine, "inbox prune"):
         total = admin.count_prunable(engine, before, consumer=consumer, config=config)
         if not dry_run:
@@ -177,13 +157,11 @@ def prune_cmd(
 
 
 @click.command("groups")
-@db_options
+@database_options
 @consumer_option
 @limit_option("At most this many groups.")
 @json_option
-def groups_cmd(
-    dsn: str, outbox_table: str, inbox_table: str, consumer: str | None, limit: int, as_json: bool
-) -> None:
+def groups_cmd(db: Database, consumer: str | None, limit: int, as_json: bool) -> None:
     """Serial groups that are blocked or waiting, longest-held first: the row everyone
     waits for (the head: id, type, priority, state), why, and how many rows wait (ready,
     waiting, or still in the outbox).
@@ -208,7 +186,7 @@ def groups_cmd(
     Exit codes: 0 printed (even an empty list), 1 the database could not be read,
     2 bad option.
     """
-    engine, config = open_config(dsn, outbox_table, inbox_table)
+    engine, config = db.open_config()
     now = utcnow()
     with database_work(engine, "inbox groups"):
         reports = blocked_groups(engine, now=now, consumer=consumer, limit=limit, config=config)

@@ -3,9 +3,11 @@ database and metrics options, and the clean failure exit."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
@@ -33,6 +35,22 @@ def option_stack(*options: Callable[[F], F]) -> Callable[[F], F]:
         for option in reversed(options):
             func = option(func)
         return func
+
+    return decorate
+
+
+def gathered(name: str, cls: type[Any]) -> Callable[[F], F]:
+    """The command gets the options named as the fields of the dataclass ``cls`` as one
+    parameter ``name``, a ``cls``, instead of a parameter each."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = cls(**{field: kwargs.pop(field) for field in fields})
+            return command(*args, **kwargs)
+
+        return cast(F, call)
 
     return decorate
 

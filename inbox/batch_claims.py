@@ -26,10 +26,9 @@ from inbox import rules
 from inbox.claims import Claim
 from inbox.consumer import Consumer
 from inbox.group_state import mark_groups
+from inbox.part import ConsumerPart
 from outbox import states
 from outbox.clock import utcnow
-from outbox.dialect import dialect_of
-from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.claims")
 
@@ -45,7 +44,7 @@ class ClaimPass:
     undecided: tuple[str, ...] = ()
 
 
-class BatchClaimer:
+class BatchClaimer(ConsumerPart):
     def __init__(
         self,
         consumer: Consumer,
@@ -55,16 +54,9 @@ class BatchClaimer:
         broker: bool = False,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.consumer = consumer
-        self.engine = engine
-        self.clock = clock
+        super().__init__(consumer, engine, clock)
         self.broker = broker
         self.job_queue = job_queue
-        schema = schema_for(consumer.config)
-        self.inbox = schema.inbox
-        self.outbox = schema.outbox
-        self.groups = schema.groups
-        self.dialect = dialect_of(engine)
         self._engine = self.dialect.read_committed(engine)
 
     def claim(self, limit: int, groups: Iterable[str] = ()) -> list[Claim]:

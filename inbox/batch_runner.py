@@ -30,17 +30,15 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from inbox import queries_batch as q
-from inbox import queries_finish, rules
 from inbox.batching import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
 from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
 from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
-from inbox.runner import DONE, LOST, _describe, _message, count_outcome
+from inbox.part import ConsumerPart
+from inbox.runner import DONE, LOST, _describe, _message, count_outcome, finish_failure
 from outbox import metrics, states
 from outbox.clock import utcnow
-from outbox.dialect import dialect_of
-from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.runner")
 
@@ -73,7 +71,7 @@ class _Raised(Exception):
         self.failed = failed
 
 
-class BatchRunner:
+class BatchRunner(ConsumerPart):
     def __init__(
         self,
         consumer: Consumer,
@@ -85,16 +83,10 @@ class BatchRunner:
     ) -> None:
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation: must be one of {ISOLATIONS}, got {isolation!r}")
-        self.consumer = consumer
-        self.engine = engine
+        super().__init__(consumer, engine, clock)
         self.isolation = isolation
         self.batch_seconds = batch_seconds
-        self.clock = clock
-        schema = schema_for(consumer.config)
-        self.inbox = schema.inbox
-        self.groups = schema.groups
         self.metrics = metrics.default()
-        self.dialect = dialect_of(engine)
         self._thread = threading.local()  # .seconds: row id -> its handler's last run
         self._engine = self.dialect.read_committed(engine)
 
@@ -236,27 +228,18 @@ class BatchRunner:
             outcomes += [(c, DONE) for c in claims]
         for failure in failed:
             claim = failure.claim
-            decided = rules.after_failure(
-                claim.attempt,
+            state, finish = finish_failure(
+                self,
+                claim,
+                failure.error,
                 permanent=failure.permanent,
-                max_attempts=self.consumer.max_attempts,
-                on_dead=self.consumer.on_dead_for(claim.row.queue),
-                backoff=self.consumer.backoff,
+                queue=claim.row.queue,
+                now=now,
             )
-            changed = session.execute(
-                queries_finish.finish_failed(
-                    self.inbox,
-                    claim.row_id,
-                    claim.token,
-                    state=decided.state,
-                    available_at=now + decided.delay,
-                    last_error=failure.error,
-                    now=now,
-                )
-            )
+            changed = session.execute(finish)
             if changed.rowcount != 1:  # type: ignore[attr-defined]
                 return None
-            outcomes.append((claim, decided.state))
+            outcomes.append((claim, state))
         # Every finish frees its group (or leaves its retry in line): the head pass looks.
         groups = (c.serial_group for c, _ in outcomes)
         mark_groups(session, self.groups, self.consumer.name, groups)

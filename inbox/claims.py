@@ -23,11 +23,10 @@ from inbox.consumer import Consumer
 from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
 from inbox.locks import group_transaction
+from inbox.part import ConsumerPart
 from inbox.rules import SkipRetry
 from outbox import states
 from outbox.clock import utcnow
-from outbox.dialect import dialect_of
-from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.claims")
 
@@ -50,7 +49,7 @@ class Candidate:
     state: str
 
 
-class Claimer:
+class Claimer(ConsumerPart):
     """Claims for one consumer on one database.
 
     ``job_queue``: the outbox lives in this database, so its undelivered rows are members of
@@ -69,19 +68,12 @@ class Claimer:
         clock: Callable[[], datetime] = utcnow,
         batch: int = 20,
     ) -> None:
-        self.consumer = consumer
-        self.engine = engine
-        self.clock = clock
+        super().__init__(consumer, engine, clock)
         self.batch = batch
         self.broker = broker
-        schema = schema_for(consumer.config)
-        self.inbox = schema.inbox
-        self.outbox = schema.outbox
-        self.groups = schema.groups
         if job_queue is None:
             job_queue = inspect(engine).has_table(self.outbox.name)
         self.job_queue = job_queue
-        self.dialect = dialect_of(engine)
         # Single statements that need no transaction run in autocommit where that is cheap
         # (PostgreSQL). PyMySQL would pay a SET AUTOCOMMIT round trip each way; SQLite keeps
         # its write lock.

@@ -20,7 +20,7 @@ from inbox.cli_ops import commands as ops_commands
 from inbox.cli_repair import commands as repair_commands
 from inbox.consumer import Consumer
 from outbox import dsn as dsn_mod
-from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack
+from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack, queues_option
 from outbox.cli_support import fail as _fail
 from outbox.errors import OutboxError
 from outbox.logs import configure_logging, log_options
@@ -52,10 +52,7 @@ _WORKER_OPTIONS = option_stack(
         "--source", "OUTBOX_SOURCE", default="",
         help="Broker URL (amqp://... or kafka://...); empty: take messages from the database.",
     ),
-    env_option(
-        "--queue", "OUTBOX_QUEUE", "queues", multiple=True,
-        help="Receive only these of the consumer's queues (repeat). Default: all of them.",
-    ),
+    queues_option("Receive only these of the consumer's queues (repeat). Default: all of them."),
     env_option(
         "--concurrency", "OUTBOX_CONCURRENCY", default=1, show_default=True,
         type=click.IntRange(1, 256), help="Handler threads in this process.",

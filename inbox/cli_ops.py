@@ -8,6 +8,8 @@ errors are printed with passwords masked. The work is in ``inbox.ops``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from inbox.cli_options import consumer_option, group_option, type_option
@@ -15,20 +17,24 @@ from inbox.ops import admin
 from inbox.ops.groups import blocked_groups
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
+    Database,
+    DeadTable,
+    Listing,
     counted,
+    database_options,
     database_work,
-    db_options,
     delete_with_bar,
     deleted_json,
     deleted_line,
     dry_run_option,
+    echo_dead,
     echo_json,
-    echo_shown,
     env_option,
     first_line,
     json_option,
+    limit_option,
+    listing_options,
     older_than_option,
-    open_config,
     since_option,
     table,
 )
@@ -36,44 +42,17 @@ from outbox.ops.parse import format_age
 
 
 @click.command("failed")
-@db_options
+@database_options
 @consumer_option
 @type_option
 @group_option
-@env_option(
-    "--error-like", "OUTBOX_ERROR_LIKE", help="Only rows whose last_error contains this text."
+@listing_options(
+    "Only rows that died since: a duration back (2h, 7d) or ISO time.",
+    "OUTBOX_INBOX_SHOW",
+    "Show one inbox row whole: payload, headers, attempts, last_error, event_id, consumer, group.",
 )
-@env_option(
-    "--since",
-    "OUTBOX_SINCE",
-    help="Only rows that died since: a duration back (2h, 7d) or ISO time.",
-)
-@env_option(
-    "--limit",
-    "OUTBOX_LIMIT",
-    help="At most this many rows.",
-    default=100,
-    show_default=True,
-    type=click.IntRange(1, 100000),
-)
-@env_option(
-    "--show", "OUTBOX_INBOX_SHOW", "show_id", type=int,
-    help="Show one inbox row whole: payload, headers, attempts, last_error, event_id, "
-    "consumer, group.",
-)  # fmt: skip
-@json_option
 def failed_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
-    consumer: str | None,
-    type_: str | None,
-    group: str | None,
-    error_like: str | None,
-    since: str | None,
-    limit: int,
-    show_id: int | None,
-    as_json: bool,
+    db: Database, consumer: str | None, type_: str | None, group: str | None, listing: Listing
 ) -> None:
     """List dead inbox rows (failed, and halted: dead and holding their group), oldest
     first, or show one row with --show ID.
@@ -82,29 +61,34 @@ def failed_cmd(
     Exit codes: 0 printed (even an empty list), 1 the database could not be read or the
     --show row does not exist, 2 bad option.
     """
-    since_at = since_option(since)
-    engine, config = open_config(dsn, outbox_table, inbox_table)
-    with database_work(engine, "inbox"):
-        row = admin.show(engine, show_id, config=config) if show_id is not None else None
-        rows = [] if show_id is not None else admin.list_failed(
+    since_at = since_option(listing.since)
+    engine, config = db.open_config()
+    echo_dead(
+        engine, _DEAD, listing,
+        lambda row_id: admin.show(engine, row_id, config=config),
+        lambda: admin.list_failed(
             engine, config=config, consumer=consumer, type_=type_, group=group,
-            error_like=error_like, since=since_at, limit=limit,
-        )  # fmt: skip
-    if echo_shown(show_id, row, rows, as_json, "inbox"):
-        return
-    table(
-        ["ID", "CONSUMER", "GROUP", "TYPE", "STATE", "ATTEMPTS", "DIED", "LAST ERROR"],
-        [
-            [str(r["id"]), r["consumer"], r["serial_group"] or "-", r["type"], r["state"],
-             str(r["attempts"]), str(r["finished_at"] or "")[:19], first_line(r["last_error"])]
-            for r in rows
-        ],
+            error_like=listing.error_like, since=since_at, limit=listing.limit,
+        ),
     )  # fmt: skip
-    click.echo(counted(len(rows), "dead row(s)", limit))
+
+
+def _dead_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        str(r["id"]), r["consumer"], r["serial_group"] or "-", r["type"], r["state"],
+        str(r["attempts"]), str(r["finished_at"] or "")[:19], first_line(r["last_error"]),
+    ]  # fmt: skip
+
+
+_DEAD = DeadTable(
+    "inbox", "inbox",
+    ["ID", "CONSUMER", "GROUP", "TYPE", "STATE", "ATTEMPTS", "DIED", "LAST ERROR"],
+    _dead_cells, "dead row(s)",
+)  # fmt: skip
 
 
 @click.command("prune")
-@db_options
+@database_options
 @env_option(
     "--older-than",
     "OUTBOX_INBOX_PRUNE_OLDER_THAN",
@@ -119,9 +103,7 @@ def failed_cmd(
 @dry_run_option("Count what would be deleted; delete nothing.")
 @json_option
 def prune_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
+    db: Database,
     older_than: str,
     consumer: str | None,
     batch: int,
@@ -145,7 +127,7 @@ def prune_cmd(
     2 bad option.
     """
     before = older_than_option(older_than)
-    engine, config = open_config(dsn, outbox_table, inbox_table)
+    engine, config = db.open_config()
     with database_work(engine, "inbox prune"):
         total = admin.count_prunable(engine, before, consumer=consumer, config=config)
         if not dry_run:
@@ -175,16 +157,11 @@ def prune_cmd(
 
 
 @click.command("groups")
-@db_options
+@database_options
 @consumer_option
-@env_option(
-    "--limit", "OUTBOX_LIMIT", help="At most this many groups.", default=100, show_default=True,
-    type=click.IntRange(1, 100000),
-)  # fmt: skip
+@limit_option("At most this many groups.")
 @json_option
-def groups_cmd(
-    dsn: str, outbox_table: str, inbox_table: str, consumer: str | None, limit: int, as_json: bool
-) -> None:
+def groups_cmd(db: Database, consumer: str | None, limit: int, as_json: bool) -> None:
     """Serial groups that are blocked or waiting, longest-held first: the row everyone
     waits for (the head: id, type, priority, state), why, and how many rows wait (ready,
     waiting, or still in the outbox).
@@ -209,7 +186,7 @@ def groups_cmd(
     Exit codes: 0 printed (even an empty list), 1 the database could not be read,
     2 bad option.
     """
-    engine, config = open_config(dsn, outbox_table, inbox_table)
+    engine, config = db.open_config()
     now = utcnow()
     with database_work(engine, "inbox groups"):
         reports = blocked_groups(engine, now=now, consumer=consumer, limit=limit, config=config)

@@ -12,19 +12,17 @@ from inbox.cli_options import consumer_option, group_option, type_option
 from inbox.ops import admin
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (
+    Change,
+    Database,
     all_option,
-    audit_actor,
-    audit_options,
+    change_options,
+    database_options,
     database_work,
-    db_options,
-    dry_run_option,
     echo_ids,
     echo_json,
     env_option,
     exit_not_matched,
     ids_option,
-    json_option,
-    open_config,
     requeue_with_bar,
     retry_request,
 )
@@ -32,7 +30,7 @@ from outbox.ops.core import Progress
 
 
 @click.command("retry")
-@db_options
+@database_options
 @ids_option(
     "OUTBOX_INBOX_RETRY_IDS",
     "Retry this dead inbox row (repeat; the env var takes space-separated ids).",
@@ -43,22 +41,15 @@ from outbox.ops.core import Progress
 @consumer_option
 @type_option
 @group_option
-@dry_run_option("Show what would be retried; change nothing.")
-@audit_options
-@json_option
+@change_options("Show what would be retried; change nothing.")
 def retry_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
+    db: Database,
     ids: tuple[int, ...],
     all_: bool,
     consumer: str | None,
     type_: str | None,
     group: str | None,
-    dry_run: bool,
-    reason: str,
-    actor: str | None,
-    as_json: bool,
+    change: Change,
 ) -> None:
     """Put dead inbox rows (failed or halted) back in line as ready: attempts reset, due now.
 
@@ -78,10 +69,10 @@ def retry_cmd(
     others were still retried) or the database failed, 2 usage error (neither or both of
     --id and --all, empty --reason).
     """
-    who = retry_request(ids, all_, reason, actor)
-    engine, config = open_config(dsn, outbox_table, inbox_table)
+    who = retry_request(ids, all_, change)
+    engine, config = db.open_config()
     args: dict[str, Any] = {
-        "reason": reason, "actor": who, "config": config, "ids": list(ids) if ids else None,
+        "reason": change.reason, "actor": who, "config": config, "ids": list(ids) if ids else None,
         "consumer": consumer, "type_": type_, "group": group,
     }  # fmt: skip
 
@@ -89,18 +80,18 @@ def retry_cmd(
         return admin.retry(engine, now=utcnow(), dry_run=dry, progress=progress, **args)
 
     with database_work(engine, "inbox retry"):
-        result = requeue_with_bar(call, dry_run, "retrying")
-    _print_retry(result, dry_run, who, reason, as_json)
+        result = requeue_with_bar(call, change.dry_run, "retrying")
+    _print_retry(result, change, who)
     exit_not_matched("retried", "failed/halted", result.not_retried)
 
 
-def _print_retry(
-    result: admin.RetryResult, dry_run: bool, who: str, reason: str, as_json: bool
-) -> None:
+def _print_retry(result: admin.RetryResult, change: Change, who: str) -> None:
+    dry_run = change.dry_run
+
     def ref(g: admin.GroupRef) -> dict[str, Any]:
         return {"consumer": g.consumer, "group": g.group, "halted_by": g.row_id}
 
-    if as_json:
+    if change.as_json:
         echo_json(
             {
                 "ids": result.ids, "not_retried": result.not_retried, "dry_run": dry_run,
@@ -125,28 +116,21 @@ def _print_retry(
     for note in result.notes:
         click.echo(f"note: {note}")
     if result.ids and not dry_run:
-        click.echo(f"audit: retry by {who}: {reason}")
+        click.echo(f"audit: retry by {who}: {change.reason}")
 
 
 @click.command("unblock")
 @click.argument("group")
-@db_options
+@database_options
 @env_option(
     "--consumer", "OUTBOX_CONSUMER", required=True, help="The consumer whose group is halted."
 )
-@dry_run_option("Show the row that halts the group; change nothing.")
-@audit_options
-@json_option
+@change_options("Show the row that halts the group; change nothing.")
 def unblock_cmd(
     group: str,
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
+    db: Database,
     consumer: str,
-    dry_run: bool,
-    reason: str,
-    actor: str | None,
-    as_json: bool,
+    change: Change,
 ) -> None:
     """Let GROUP, halted by a dead message (on_dead="halt"), go on WITHOUT that message.
 
@@ -160,15 +144,16 @@ def unblock_cmd(
     Exit codes: 0 released (or, with --dry-run, would be), 1 the group is not halted (a
     mistyped group or consumer name?) or the database failed, 2 usage error (empty --reason).
     """
-    who = audit_actor(reason, actor)
-    engine, config = open_config(dsn, outbox_table, inbox_table)
+    who = change.who()
+    dry_run = change.dry_run
+    engine, config = db.open_config()
     with database_work(engine, "inbox unblock"):
         result = admin.unblock(
-            engine, now=utcnow(), reason=reason, actor=who, consumer=consumer, group=group,
-            config=config, dry_run=dry_run,
+            engine, now=utcnow(), reason=change.reason, actor=who, consumer=consumer,
+            group=group, config=config, dry_run=dry_run,
         )  # fmt: skip
     halted_by = result.halted_by
-    if as_json:
+    if change.as_json:
         echo_json(
             {"consumer": consumer, "group": group, "halted_by": halted_by, "released":
              halted_by is not None and not dry_run, "dry_run": dry_run, "by": who,
@@ -184,7 +169,7 @@ def unblock_cmd(
         for note in result.notes:
             click.echo(f"note: {note}")
         if not dry_run:
-            click.echo(f"audit: unblock by {who}: {reason}")
+            click.echo(f"audit: unblock by {who}: {change.reason}")
     if halted_by is None:
         click.echo(
             f"error: group {group!r} of consumer {consumer!r} is not halted "

@@ -18,10 +18,10 @@ from sqlalchemy import Connection, Engine
 
 from inbox import queries_ingest
 from inbox.consumer import Consumer
+from inbox.part import ConsumerPart
 from outbox import states
 from outbox.clock import utcnow
 from outbox.dialect import dialect_of
-from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
 from outbox.transport import Rejected
 from outbox.wire import H_EVENT_ID, H_KEY, H_PRIORITY, H_QUEUE, H_TYPE, Envelope
@@ -39,7 +39,7 @@ class IngestResult:
     failed: int
 
 
-class InboxIngest:
+class InboxIngest(ConsumerPart):
     """Ingests for one consumer. ``__call__`` commits (for broker sources); ``within`` writes
     into a transaction the caller owns (the database source marks the outbox rows sent in
     the same one)."""
@@ -47,10 +47,7 @@ class InboxIngest:
     def __init__(
         self, consumer: Consumer, engine: Engine, clock: Callable[[], datetime] = utcnow
     ) -> None:
-        self.consumer = consumer
-        self.engine = engine
-        self.clock = clock
-        self.table = schema_for(consumer.config).inbox
+        super().__init__(consumer, engine, clock)
         self.on_ingested: Callable[[IngestResult], None] | None = None
 
     def __call__(self, messages: Sequence[Envelope | Rejected]) -> None:
@@ -69,12 +66,12 @@ class InboxIngest:
         dialect = dialect_of(conn)
         for batch in _distinct_batches(rows):
             if not dialect.returning:
-                rowcount = conn.execute(queries_ingest.ingest_mysql(self.table), batch).rowcount
+                rowcount = conn.execute(queries_ingest.ingest_mysql(self.inbox), batch).rowcount
                 duplicates += rowcount - len(batch)
                 inserted += len(batch) - (rowcount - len(batch))
             else:
                 returned = conn.execute(
-                    queries_ingest.ingest_returning(dialect, self.table), batch
+                    queries_ingest.ingest_returning(dialect, self.inbox), batch
                 ).all()
                 fresh = sum(1 for r in returned if r.duplicates == 0)
                 inserted += fresh

@@ -18,20 +18,17 @@ from sqlalchemy import Engine
 from inbox import queries_batch as q
 from inbox.claims import Claim
 from inbox.consumer import Consumer
+from inbox.part import ConsumerPart
 from outbox.clock import utcnow
-from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.leases")
 
 
-class LeaseKeeper:
+class LeaseKeeper(ConsumerPart):
     def __init__(
         self, consumer: Consumer, engine: Engine, clock: Callable[[], datetime] = utcnow
     ) -> None:
-        self.consumer = consumer
-        self.engine = engine
-        self.clock = clock
-        self.inbox = schema_for(consumer.config).inbox
+        super().__init__(consumer, engine, clock)
         self._held: dict[int, Any] = {}  # row id -> the token it is claimed under
         self._lock = threading.Lock()
 

@@ -16,16 +16,16 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, Update
 from sqlalchemy.orm import Session
 
 from inbox import queries, queries_finish, rules
 from inbox.claims import Claim, Claimer
 from inbox.consumer import Consumer, InboxMessage
 from inbox.group_state import mark_groups
+from inbox.part import ConsumerPart
 from outbox import metrics, states
 from outbox.clock import utcnow
-from outbox.schema import schema_for
 from outbox.wire import H_KEY, row_headers
 
 log = logging.getLogger("inbox.runner")
@@ -41,7 +41,7 @@ _RESULTS = {
 }
 
 
-class Runner:
+class Runner(ConsumerPart):
     def __init__(
         self,
         consumer: Consumer,
@@ -49,13 +49,8 @@ class Runner:
         claimer: Claimer,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.consumer = consumer
-        self.engine = engine
+        super().__init__(consumer, engine, clock)
         self.claimer = claimer
-        self.clock = clock
-        schema = schema_for(consumer.config)
-        self.inbox = schema.inbox
-        self.groups = schema.groups
         # On SQLite a beat may queue behind the handler's own write transaction: harmless,
         # nobody can take the claim back while that transaction holds the write lock.
         self.heartbeat = True
@@ -162,33 +157,43 @@ class Runner:
                 return  # taken back: the finish will be refused by the token fence
 
     def _fail(self, claim: Claim, error: str, *, permanent: bool, queue: str) -> str:
-        failure = rules.after_failure(
-            claim.attempt,
-            permanent=permanent,
-            max_attempts=self.consumer.max_attempts,
-            on_dead=self.consumer.on_dead_for(queue),
-            backoff=self.consumer.backoff,
+        state, finish = finish_failure(
+            self, claim, error, permanent=permanent, queue=queue, now=self.clock()
         )
-        now = self.clock()
         try:
             with self.engine.begin() as conn:
-                changed = conn.execute(
-                    queries_finish.finish_failed(
-                        self.inbox,
-                        claim.row_id,
-                        claim.token,
-                        state=failure.state,
-                        available_at=now + failure.delay,
-                        last_error=error,
-                        now=now,
-                    )
-                ).rowcount
+                changed = conn.execute(finish).rowcount
                 if changed == 1:
                     self._mark(conn, claim)
         except Exception as exc:  # left processing: the lease expires and it is re-run
             log.error("inbox row %s: could not record failure: %s", claim.row_id, exc)
             return LOST
-        return failure.state if changed == 1 else LOST
+        return state if changed == 1 else LOST
+
+
+def finish_failure(
+    part: ConsumerPart, claim: Claim, error: str, *, permanent: bool, queue: str, now: datetime
+) -> tuple[str, Update]:
+    """The state a failed run leaves its row in (retry, failed or halted, by the consumer's
+    policies) and the ``UPDATE`` that writes it, fenced by the claim's token."""
+    consumer = part.consumer
+    decided = rules.after_failure(
+        claim.attempt,
+        permanent=permanent,
+        max_attempts=consumer.max_attempts,
+        on_dead=consumer.on_dead_for(queue),
+        backoff=consumer.backoff,
+    )
+    finish = queries_finish.finish_failed(
+        part.inbox,
+        claim.row_id,
+        claim.token,
+        state=decided.state,
+        available_at=now + decided.delay,
+        last_error=error,
+        now=now,
+    )
+    return decided.state, finish
 
 
 def count_outcome(

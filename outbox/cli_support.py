@@ -3,9 +3,11 @@ database and metrics options, and the clean failure exit."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
@@ -37,6 +39,22 @@ def option_stack(*options: Callable[[F], F]) -> Callable[[F], F]:
     return decorate
 
 
+def gathered(name: str, cls: type[Any]) -> Callable[[F], F]:
+    """The command gets the options named as the fields of the dataclass ``cls`` as one
+    parameter ``name``, a ``cls``, instead of a parameter each."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = cls(**{field: kwargs.pop(field) for field in fields})
+            return command(*args, **kwargs)
+
+        return cast(F, call)
+
+    return decorate
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print a clean error (passwords masked) on stderr and exit with ``code``."""
     click.echo(f"error: {dsn_mod.mask(message)}", err=True)
@@ -46,13 +64,21 @@ def fail(message: str, code: int = 1) -> NoReturn:
 dsn_option = env_option("--dsn", "OUTBOX_DSN", required=True, help=DSN_HELP)
 
 
+def outbox_table_option(help_: str) -> Callable[[F], F]:
+    return env_option(
+        "--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True, help=help_
+    )
+
+
+def queues_option(help_: str) -> Callable[[F], F]:
+    """``--queue`` (repeatable) of the long-running commands: the queues they serve."""
+    return env_option("--queue", "OUTBOX_QUEUE", "queues", multiple=True, help=help_)
+
+
 # --dsn, --outbox-table and --inbox-table, each with its environment variable.
 db_options = option_stack(
     dsn_option,
-    env_option(
-        "--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True,
-        help="Name of the outbox table (the audit table is <name>_audit).",
-    ),
+    outbox_table_option("Name of the outbox table (the audit table is <name>_audit)."),
     env_option(
         "--inbox-table", "OUTBOX_INBOX_TABLE", default="inbox", show_default=True,
         help="Name of the inbox table.",

@@ -19,7 +19,7 @@ comparing names: the family is worked out here and nowhere else.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -205,9 +205,8 @@ class PostgreSQL(Dialect):
     def try_group_locks(
         self, conn: Connection, scope: str, groups: Sequence[str]
     ) -> tuple[list[str], list[str]]:
-        keys = [pg_lock_key(scope, g) for g in groups]
-        obtained = conn.execute(try_locks_pg(len(keys)), lock_parameters(keys)).one()
-        return [g for g, ok in zip(groups, obtained, strict=True) if ok], []
+        held = _try_locks(conn, groups, [pg_lock_key(scope, g) for g in groups], try_locks_pg)
+        return [g for g, _ in held], []
 
     def datetime_type(self) -> TypeEngine[Any]:
         return DateTime(timezone=True)
@@ -268,8 +267,7 @@ class MySQL(Dialect):
         self, conn: Connection, scope: str, groups: Sequence[str]
     ) -> tuple[list[str], list[str]]:
         names = [mysql_lock_name(scope, g) for g in groups]
-        obtained = conn.execute(get_locks_mysql(len(names)), lock_parameters(names)).one()
-        held = [(g, n) for g, n, ok in zip(groups, names, obtained, strict=True) if ok == 1]
+        held = _try_locks(conn, groups, names, get_locks_mysql)
         return [g for g, _ in held], [n for _, n in held]
 
     def release_group_locks(self, conn: Connection, names: Sequence[str]) -> None:
@@ -377,6 +375,17 @@ def mysql_release_lock(name: str) -> Select[Any]:
 def lock_parameters(values: Sequence[Any]) -> dict[str, Any]:
     """Parameters k0, k1, ... of the statements below."""
     return {f"k{i}": value for i, value in enumerate(values)}
+
+
+def _try_locks(
+    conn: Connection,
+    groups: Sequence[str],
+    keys: Sequence[Any],
+    locks: Callable[[int], Select[Any]],
+) -> list[tuple[str, Any]]:
+    """(group, key) of the groups whose lock ``locks`` got (true/1; busy 0, error NULL)."""
+    obtained = conn.execute(locks(len(keys)), lock_parameters(keys)).one()
+    return [(g, k) for g, k, ok in zip(groups, keys, obtained, strict=True) if ok]
 
 
 @lru_cache(maxsize=1024)

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final
+from typing import Final, TypedDict, Unpack
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.registry import Collector
@@ -271,28 +271,26 @@ def install(
     return gauges
 
 
+class Exports(TypedDict, total=False):
+    """The keyword arguments of ``install`` (defaults there), which ``serve`` passes on."""
+
+    schema: Schema | None
+    outbox: bool
+    inbox: bool
+    refresh_interval: float
+    queues: Sequence[str]
+    priorities: Iterable[int]
+    consumer: str | None
+
+
 def serve(
-    port: int,
-    engine: Engine,
-    *,
-    host: str = "127.0.0.1",
-    schema: Schema | None = None,
-    outbox: bool = True,
-    inbox: bool = True,
-    refresh_interval: float = 15.0,
-    queues: Sequence[str] = (),
-    priorities: Iterable[int] = (),
-    consumer: str | None = None,
+    port: int, engine: Engine, *, host: str = "127.0.0.1", **exports: Unpack[Exports]
 ) -> tuple[Metrics, MetricsServer]:
     """What ``outbox relay``/``outbox worker --metrics-port`` do: ``install`` on the global
     registry (the relay: ``outbox=True``; the worker: ``inbox=True``), served on ``host:port``.
     Call once per process."""
     metrics = default()
-    install(
-        metrics, engine, schema=schema, outbox=outbox, inbox=inbox,
-        refresh_interval=refresh_interval, queues=queues, priorities=priorities,
-        consumer=consumer,
-    )  # fmt: skip
+    install(metrics, engine, **exports)
     return metrics, start_metrics_server(port, host, metrics.registry)
 
 

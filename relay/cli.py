@@ -10,7 +10,14 @@ import click
 
 from outbox import dsn as dsn_mod
 from outbox.backoff import Backoff
-from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack
+from outbox.cli_support import (
+    dsn_option,
+    env_option,
+    metrics_options,
+    option_stack,
+    outbox_table_option,
+    queues_option,
+)
 from outbox.cli_support import fail as _fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
@@ -31,10 +38,7 @@ _RELAY_OPTIONS = option_stack(
         "--broker", "OUTBOX_BROKER", required=True,
         help="amqp://user:pass@host:5672/vhost (RabbitMQ) or kafka://host:9092[,host2] (Kafka).",
     ),
-    env_option(
-        "--queue", "OUTBOX_QUEUE", "queues", multiple=True,
-        help="Relay only this queue (repeatable; env: space-separated). Default: all queues.",
-    ),
+    queues_option("Relay only this queue (repeatable; env: space-separated). Default: all queues."),
     env_option(
         "--batch-size", "OUTBOX_BATCH_SIZE", default=100, show_default=True,
         type=click.IntRange(1),
@@ -89,10 +93,7 @@ _RELAY_OPTIONS = option_stack(
         "--kafka-partitions", "OUTBOX_KAFKA_PARTITIONS", type=click.IntRange(1), default=3,
         show_default=True, help="Kafka: partitions of the topics the relay creates.",
     ),
-    env_option(
-        "--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True,
-        help="Outbox table.",
-    ),
+    outbox_table_option("Outbox table."),
     env_option(
         "--notify-channel", "OUTBOX_NOTIFY_CHANNEL", default="outbox_relay", show_default=True,
         help="PostgreSQL channel store() notifies.",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Connection, Engine, Table
 
@@ -43,19 +43,11 @@ def list_failed(
     engine: Engine,
     *,
     config: OutboxConfig = DEFAULT_CONFIG,
-    consumer: str | None = None,
-    type_: str | None = None,
-    group: str | None = None,
-    error_like: str | None = None,
-    since: datetime | None = None,
     limit: int = 100,
+    **filters: Unpack[q.DeadFilters],
 ) -> list[dict[str, Any]]:
     """Dead rows (``failed`` and ``halted``), oldest id first."""
-    stmt = q.list_dead(
-        schema_for(config).inbox, consumer=consumer, type_=type_, group=group,
-        error_like=error_like, since=since, limit=limit,
-    )  # fmt: skip
-    return core.fetch_rows(engine, stmt)
+    return core.fetch_rows(engine, q.list_dead(schema_for(config).inbox, limit=limit, **filters))
 
 
 def show(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import (
     ColumnElement,
@@ -45,33 +45,30 @@ STUCK_STATES = (states.READY, states.WAITING, states.HALTED, states.RETRY)
 # ---- failed --------------------------------------------------------------------------------
 
 
+class DeadFilters(TypedDict, total=False):
+    """What operator commands narrow dead rows by; a filter absent or None matches all."""
+
+    consumer: str | None
+    type_: str | None
+    group: str | None
+    error_like: str | None
+    since: datetime | None  # when it died
+
+
 def _dead_filter(
-    t: Table,
-    *,
-    consumer: str | None = None,
-    type_: str | None = None,
-    group: str | None = None,
-    error_like: str | None = None,
-    since: datetime | None = None,
-    ids: Sequence[int] | None = None,
+    t: Table, *, ids: Sequence[int] | None = None, **filters: Unpack[DeadFilters]
 ) -> list[ColumnElement[bool]]:
+    equal = {
+        "consumer": filters.get("consumer"), "type": filters.get("type_"),
+        "serial_group": filters.get("group"),
+    }  # fmt: skip
     return matching(
-        t, t.c.state.in_(DEAD_STATES),
-        equal={"consumer": consumer, "type": type_, "serial_group": group},
-        error_like=error_like, since_column="finished_at", since=since, ids=ids,  # when it died
+        t, t.c.state.in_(DEAD_STATES), equal=equal, error_like=filters.get("error_like"),
+        since_column="finished_at", since=filters.get("since"), ids=ids,
     )  # fmt: skip
 
 
-def list_dead(
-    t: Table,
-    *,
-    consumer: str | None,
-    type_: str | None,
-    group: str | None,
-    error_like: str | None,
-    since: datetime | None,
-    limit: int,
-) -> Select[Any]:
+def list_dead(t: Table, *, limit: int, **filters: Unpack[DeadFilters]) -> Select[Any]:
     c = t.c
     return (
         select(
@@ -88,11 +85,7 @@ def list_dead(
             c.finished_at,
             c.last_error,
         )
-        .where(
-            *_dead_filter(
-                t, consumer=consumer, type_=type_, group=group, error_like=error_like, since=since
-            )
-        )
+        .where(*_dead_filter(t, **filters))
         .order_by(c.id)
         .limit(limit)
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from sqlalchemy import Engine, Select, Update
 
@@ -102,19 +102,9 @@ def stats(engine: Engine, schema: Schema, now: datetime) -> Stats:
 
 
 def list_failed(
-    engine: Engine,
-    schema: Schema,
-    *,
-    queue: str | None = None,
-    type_: str | None = None,
-    error_like: str | None = None,
-    since: datetime | None = None,
-    limit: int = 100,
+    engine: Engine, schema: Schema, *, limit: int = 100, **filters: Unpack[q.RowFilters]
 ) -> list[dict[str, Any]]:
-    stmt = q.list_failed(
-        schema.outbox, queue=queue, type_=type_, error_like=error_like, since=since, limit=limit
-    )
-    return core.fetch_rows(engine, stmt)
+    return core.fetch_rows(engine, q.list_failed(schema.outbox, limit=limit, **filters))
 
 
 def show(engine: Engine, schema: Schema, row_id: int) -> dict[str, Any] | None:
@@ -129,31 +119,34 @@ class RetryResult:
     dry_run: bool
 
 
-def retry(
-    engine: Engine,
-    schema: Schema,
-    *,
-    now: datetime,
-    reason: str,
-    actor: str,
-    ids: Sequence[int] | None = None,
-    queue: str | None = None,
-    type_: str | None = None,
-    dry_run: bool = False,
-    progress: Progress = no_progress,
-) -> RetryResult:
+class Requeue(TypedDict, total=False):
+    """The keyword arguments of ``retry`` and ``republish`` (besides republish's window):
+    when, why and who (required); ``ids`` (default None: every row the filters match);
+    ``queue``/``type_`` filters; ``dry_run`` (default False: change the rows); ``progress``."""
+
+    now: Required[datetime]
+    reason: Required[str]
+    actor: Required[str]
+    ids: Sequence[int] | None
+    queue: str | None
+    type_: str | None
+    dry_run: bool
+    progress: Progress
+
+
+def retry(engine: Engine, schema: Schema, **request: Unpack[Requeue]) -> RetryResult:
     """Failed rows back to pending (attempts 0, due now) and one audit row, in one transaction.
 
     ``ids=None`` means every failed row matching ``queue``/``type_``. The rows are locked
     while read (SELECT ... FOR UPDATE; SQLite's write lock is taken at BEGIN) so the audit
     names exactly the rows this call changed.
     """
-    t = schema.outbox
+    t, now = schema.outbox, request["now"]
+    queue, type_ = request.get("queue"), request.get("type_")
     return _requeue(
-        engine, schema, action="retry", now=now, reason=reason, actor=actor, ids=ids,
+        engine, schema, "retry", request,
         select_ids=lambda chunk: q.failed_ids(t, ids=chunk, queue=queue, type_=type_),
         update_rows=lambda chunk: q.retry_rows(t, chunk, now),
-        dry_run=dry_run, progress=progress,
     )  # fmt: skip
 
 
@@ -161,57 +154,48 @@ def republish(
     engine: Engine,
     schema: Schema,
     *,
-    now: datetime,
-    reason: str,
-    actor: str,
-    ids: Sequence[int] | None = None,
     sent_since: datetime | None = None,
     sent_until: datetime | None = None,
-    queue: str | None = None,
-    type_: str | None = None,
-    dry_run: bool = False,
-    progress: Progress = no_progress,
+    **request: Unpack[Requeue],
 ) -> RetryResult:
     """Sent rows back to pending, due now, with one audit row: for messages a broker lost
     after confirming them. The relay publishes them again; a consumer that had them already
     counts a duplicate and does not run them twice (G3). ``ids=None`` needs ``sent_since``:
     republishing every sent row ever is never what an operator means."""
-    if ids is None and sent_since is None:
+    if request.get("ids") is None and sent_since is None:
         raise ValueError("sent_since: give ids or the start of the window to republish")
-    t = schema.outbox
+    t, now = schema.outbox, request["now"]
+    queue, type_ = request.get("queue"), request.get("type_")
     return _requeue(
-        engine, schema, action="republish", now=now, reason=reason, actor=actor, ids=ids,
+        engine, schema, "republish", request,
         select_ids=lambda chunk: q.sent_ids(
             t, ids=chunk, sent_since=sent_since, sent_until=sent_until, queue=queue, type_=type_
         ),
         update_rows=lambda chunk: q.republish_rows(t, chunk, now),
-        dry_run=dry_run, progress=progress,
     )  # fmt: skip
 
 
 def _requeue(
     engine: Engine,
     schema: Schema,
-    *,
     action: str,
-    now: datetime,
-    reason: str,
-    actor: str,
-    ids: Sequence[int] | None,
+    request: Requeue,
+    *,
     select_ids: Callable[[Sequence[int] | None], Select[Any]],
     update_rows: Callable[[Sequence[int]], Update],
-    dry_run: bool,
-    progress: Progress,
 ) -> RetryResult:
+    reason = request["reason"]
+    dry_run = request.get("dry_run", False)
     core.check_reason(reason)
     with locking_reads(engine) as conn, conn.begin():
-        found = core.select_locked(conn, core.wanted_ids(ids), select_ids, dry_run)
+        ids = core.wanted_ids(request.get("ids"))
+        found = core.select_locked(conn, ids, select_ids, dry_run)
         if dry_run or not found.ids:
             return RetryResult(found.ids, found.not_matched, dry_run)
-        core.update_chunks(conn, found.ids, update_rows, progress)
+        core.update_chunks(conn, found.ids, update_rows, request.get("progress", no_progress))
         core.insert_audit(
-            conn, schema.audit, now=now, actor=actor, action=action, target="outbox",
-            reason=reason, row_count=len(found.ids), row_ids=found.ids,
+            conn, schema.audit, now=request["now"], actor=request["actor"], action=action,
+            target="outbox", reason=reason, row_count=len(found.ids), row_ids=found.ids,
         )  # fmt: skip
     return RetryResult(found.ids, found.not_matched, dry_run)
 

@@ -8,6 +8,7 @@ stays parseable; every URL printed is masked.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 from prometheus_client import CollectorRegistry, generate_latest
@@ -17,16 +18,18 @@ from outbox.metrics import DatabaseGauges
 from outbox.ops import admin, cli_repair
 from outbox.ops.check import check_broker, check_database
 from outbox.ops.cli_common import (
-    counted,
+    Database,
+    DeadTable,
+    Listing,
+    database_options,
     database_work,
-    db_options,
+    echo_dead,
     echo_json,
-    echo_shown,
     env_option,
     fail,
     first_line,
     json_option,
-    open_db,
+    listing_options,
     queue_type_options,
     since_option,
     table,
@@ -35,12 +38,12 @@ from outbox.ops.parse import format_age
 
 
 @click.command("metrics")
-@db_options
+@database_options
 @env_option(
     "--once", "OUTBOX_METRICS_ONCE", is_flag=True, required=True,
     help="Print the database-derived metrics once in Prometheus text format and exit.",
 )  # fmt: skip
-def metrics_cmd(dsn: str, outbox_table: str, inbox_table: str, once: bool) -> None:
+def metrics_cmd(db: Database, once: bool) -> None:
     """Print the database gauges (pending, lag, failed, inbox states) once.
 
     Counters and histograms live in the relay and worker processes: scrape their
@@ -48,7 +51,7 @@ def metrics_cmd(dsn: str, outbox_table: str, inbox_table: str, once: bool) -> No
 
     Exit codes: 0 printed, 1 the database could not be read.
     """
-    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    engine, schema = db.open()
     registry = CollectorRegistry()
     # Every consumer of the inbox, at 0 when all its work is done: a consumer missing from
     # the output would read as "unknown" rather than "idle".
@@ -64,16 +67,16 @@ def metrics_cmd(dsn: str, outbox_table: str, inbox_table: str, once: bool) -> No
 
 
 @click.command("stats")
-@db_options
+@database_options
 @json_option
-def stats_cmd(dsn: str, outbox_table: str, inbox_table: str, as_json: bool) -> None:
+def stats_cmd(db: Database, as_json: bool) -> None:
     """Per queue/priority: pending, oldest due pending age, failed, sent in the last hour.
     Per consumer: waiting, processing, failed, duplicates absorbed, longest-blocked group.
 
     \b
     Exit codes: 0 printed, 1 the database could not be read.
     """
-    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    engine, schema = db.open()
     with database_work(engine, "stats"):
         result = admin.stats(engine, schema, utcnow())
     if as_json:
@@ -100,70 +103,47 @@ def stats_cmd(dsn: str, outbox_table: str, inbox_table: str, as_json: bool) -> N
 
 
 @click.command("failed")
-@db_options
+@database_options
 @queue_type_options
-@env_option(
-    "--error-like", "OUTBOX_ERROR_LIKE", help="Only rows whose last_error contains this text."
+@listing_options(
+    "Only rows stored since: a duration back from now (2h, 7d) or an ISO time.",
+    "OUTBOX_SHOW",
+    "Show one row whole: payload, headers, attempts, last_error.",
 )
-@env_option(
-    "--since",
-    "OUTBOX_SINCE",
-    help="Only rows stored since: a duration back from now (2h, 7d) or an ISO time.",
-)
-@env_option(
-    "--limit",
-    "OUTBOX_LIMIT",
-    default=100,
-    show_default=True,
-    type=click.IntRange(1, 100000),
-    help="At most this many rows.",
-)
-@env_option(
-    "--show", "OUTBOX_SHOW", "show_id", type=int,
-    help="Show one row whole: payload, headers, attempts, last_error.",
-)  # fmt: skip
-@json_option
-def failed_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
-    queue: str | None,
-    type_: str | None,
-    error_like: str | None,
-    since: str | None,
-    limit: int,
-    show_id: int | None,
-    as_json: bool,
-) -> None:
+def failed_cmd(db: Database, queue: str | None, type_: str | None, listing: Listing) -> None:
     """List dead-lettered outbox rows (oldest first), or show one with --show ID.
 
     \b
     Exit codes: 0 printed (even an empty list), 1 the database could not be read or the
     --show row does not exist, 2 bad option.
     """
-    since_at = since_option(since)
-    engine, schema = open_db(dsn, outbox_table, inbox_table)
-    with database_work(engine, "failed"):
-        row = admin.show(engine, schema, show_id) if show_id is not None else None
-        rows = [] if show_id is not None else admin.list_failed(
-            engine, schema, queue=queue, type_=type_, error_like=error_like, since=since_at,
-            limit=limit,
-        )  # fmt: skip
-    if echo_shown(show_id, row, rows, as_json, "outbox"):
-        return
-    table(
-        ["ID", "QUEUE", "PRIO", "TYPE", "ATTEMPTS", "OCCURRED", "LAST ERROR"],
-        [
-            [str(r["id"]), r["queue"], str(r["priority"]), r["type"], str(r["attempts"]),
-             str(r["occurred_at"])[:19], first_line(r["last_error"])]
-            for r in rows
-        ],
+    since_at = since_option(listing.since)
+    engine, schema = db.open()
+    echo_dead(
+        engine, _FAILED, listing,
+        lambda row_id: admin.show(engine, schema, row_id),
+        lambda: admin.list_failed(
+            engine, schema, queue=queue, type_=type_, error_like=listing.error_like,
+            since=since_at, limit=listing.limit,
+        ),
     )  # fmt: skip
-    click.echo(counted(len(rows), "failed row(s)", limit))
+
+
+def _failed_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        str(r["id"]), r["queue"], str(r["priority"]), r["type"], str(r["attempts"]),
+        str(r["occurred_at"])[:19], first_line(r["last_error"]),
+    ]  # fmt: skip
+
+
+_FAILED = DeadTable(
+    "failed", "outbox", ["ID", "QUEUE", "PRIO", "TYPE", "ATTEMPTS", "OCCURRED", "LAST ERROR"],
+    _failed_cells, "failed row(s)",
+)  # fmt: skip
 
 
 @click.command("check")
-@db_options
+@database_options
 @env_option(
     "--broker",
     "OUTBOX_BROKER",
@@ -175,16 +155,14 @@ def failed_cmd(
     type=click.FloatRange(0.1, 120), help="Seconds for the broker check.",
 )  # fmt: skip
 @json_option
-def check_cmd(
-    dsn: str, outbox_table: str, inbox_table: str, broker: str, timeout: float, as_json: bool
-) -> None:
+def check_cmd(db: Database, broker: str, timeout: float, as_json: bool) -> None:
     """Health check: database reachable, schema at the latest migration, indexes present,
     broker reachable (with --broker). For probes and deploy scripts.
 
     \b
     Exit codes: 0 every check passed, 1 at least one failed (each is printed), 2 usage.
     """
-    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    engine, schema = db.open()
     try:
         results = check_database(engine, schema)
     finally:

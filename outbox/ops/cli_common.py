@@ -7,13 +7,14 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import click
 from sqlalchemy import Engine
 
-from outbox.cli_support import F, option_stack
+from outbox.cli_support import F, gathered, option_stack
 
 # Re-exported: the operator commands import their shared options from here.
 from outbox.cli_support import db_options as db_options
@@ -45,10 +46,67 @@ queue_type_options = option_stack(
     env_option("--queue", "OUTBOX_QUEUE", help="Only this queue."),
     env_option("--type", "OUTBOX_TYPE", "type_", help="Only this type."),
 )
+error_like_option = env_option(
+    "--error-like", "OUTBOX_ERROR_LIKE", help="Only rows whose last_error contains this text."
+)
+
+
+def limit_option(help_: str) -> Callable[[F], F]:
+    """``--limit`` of the listing commands."""
+    return env_option(
+        "--limit", "OUTBOX_LIMIT", default=100, show_default=True,
+        type=click.IntRange(1, 100000), help=help_,
+    )  # fmt: skip
 
 
 def dry_run_option(help_: str) -> Callable[[F], F]:
     return env_option("--dry-run", "OUTBOX_DRY_RUN", is_flag=True, help=help_)
+
+
+@dataclass(frozen=True)
+class Database:
+    """``--dsn``, ``--outbox-table`` and ``--inbox-table`` of an operator command."""
+
+    dsn: str
+    outbox_table: str
+    inbox_table: str
+
+    def open_config(self) -> tuple[Engine, OutboxConfig]:
+        """The engine and the config naming the tables; a bad DSN or name exits 1."""
+        try:
+            config = OutboxConfig(outbox_table=self.outbox_table, inbox_table=self.inbox_table)
+            return make_engine(self.dsn), config
+        except OutboxError as exc:
+            fail(str(exc))
+
+    def open(self) -> tuple[Engine, Schema]:
+        engine, config = self.open_config()
+        return engine, schema_for(config)
+
+
+# db_options, handed to the command as one ``db``.
+database_options = option_stack(db_options, gathered("db", Database))
+
+
+@dataclass(frozen=True)
+class Change:
+    """``--dry-run``, ``--reason``, ``--by`` and ``--json`` of a command that changes rows."""
+
+    dry_run: bool
+    reason: str
+    actor: str | None
+    as_json: bool
+
+    def who(self) -> str:
+        return audit_actor(self.reason, self.actor)
+
+
+def change_options(dry_run_help: str) -> Callable[[F], F]:
+    """--dry-run (``dry_run_help`` says what it shows), the audit options and --json, handed
+    to the command as one ``change``."""
+    return option_stack(
+        dry_run_option(dry_run_help), audit_options, json_option, gathered("change", Change)
+    )
 
 
 def ids_option(env: str, help_: str) -> Callable[[F], F]:
@@ -136,11 +194,11 @@ def deleted_line(what: str, older_than: str, result: DeleteResult) -> str:
     )
 
 
-def retry_request(ids: tuple[int, ...], all_: bool, reason: str, actor: str | None) -> str:
+def retry_request(ids: tuple[int, ...], all_: bool, change: Change) -> str:
     """Check a retry's selection and reason (usage errors, exit 2); return who retries."""
     if bool(ids) == all_:
         raise click.UsageError("give either --id ID... or --all")
-    return audit_actor(reason, actor)
+    return change.who()
 
 
 def audit_actor(reason: str, actor: str | None) -> str:
@@ -148,19 +206,6 @@ def audit_actor(reason: str, actor: str | None) -> str:
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="--reason")
     return actor or getpass.getuser()
-
-
-def open_config(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, OutboxConfig]:
-    try:
-        config = OutboxConfig(outbox_table=outbox_table, inbox_table=inbox_table)
-        return make_engine(dsn), config
-    except OutboxError as exc:
-        fail(str(exc))
-
-
-def open_db(dsn: str, outbox_table: str, inbox_table: str) -> tuple[Engine, Schema]:
-    engine, config = open_config(dsn, outbox_table, inbox_table)
-    return engine, schema_for(config)
 
 
 def since_option(since: str | None, option: str = "--since") -> datetime | None:
@@ -204,6 +249,63 @@ def echo_shown(
         echo_json(rows)
         return True
     return False
+
+
+@dataclass(frozen=True)
+class Listing:
+    """``--error-like``, ``--since``, ``--limit``, ``--show`` and ``--json`` of a
+    failed-rows command."""
+
+    error_like: str | None
+    since: str | None
+    limit: int
+    show_id: int | None
+    as_json: bool
+
+
+def listing_options(since_help: str, show_env: str, show_help: str) -> Callable[[F], F]:
+    """The options of a failed-rows command after its own filters, handed to the command
+    as one ``listing``."""
+    return option_stack(
+        error_like_option,
+        env_option("--since", "OUTBOX_SINCE", help=since_help),
+        limit_option("At most this many rows."),
+        env_option("--show", show_env, "show_id", type=int, help=show_help),
+        json_option,
+        gathered("listing", Listing),
+    )
+
+
+@dataclass(frozen=True)
+class DeadTable:
+    """How a failed-rows command prints: ``work`` names it when the database fails,
+    ``kind`` the table when the --show row is missing; the listing is a table of
+    ``headers``, a row's ``cells`` each, counted as ``what``."""
+
+    work: str
+    kind: str
+    headers: list[str]
+    cells: Callable[[dict[str, Any]], list[str]]
+    what: str
+
+
+def echo_dead(
+    engine: Engine,
+    dead: DeadTable,
+    listing: Listing,
+    show: Callable[[int], dict[str, Any] | None],
+    rows: Callable[[], list[dict[str, Any]]],
+) -> None:
+    """What a failed-rows command does once its options are read: the ``--show`` row
+    whole, or else the ``rows`` as JSON or as a table and their count."""
+    show_id = listing.show_id
+    with database_work(engine, dead.work):
+        row = show(show_id) if show_id is not None else None
+        found = [] if show_id is not None else rows()
+    if echo_shown(show_id, row, found, listing.as_json, dead.kind):
+        return
+    table(dead.headers, [dead.cells(r) for r in found])
+    click.echo(counted(len(found), dead.what, listing.limit))
 
 
 def first_line(text: str | None, width: int = 80) -> str:

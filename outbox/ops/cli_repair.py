@@ -12,15 +12,15 @@ from sqlalchemy import Engine
 from outbox.clock import utcnow
 from outbox.ops import admin
 from outbox.ops.cli_common import (
+    Change,
+    Database,
     all_option,
-    audit_actor,
-    audit_options,
+    change_options,
+    database_options,
     database_work,
-    db_options,
     delete_with_bar,
     deleted_json,
     deleted_line,
-    dry_run_option,
     echo_ids,
     echo_json,
     env_option,
@@ -28,7 +28,6 @@ from outbox.ops.cli_common import (
     ids_option,
     json_option,
     older_than_option,
-    open_db,
     queue_type_options,
     requeue_with_bar,
     retry_request,
@@ -38,27 +37,20 @@ from outbox.ops.core import Progress
 
 
 @click.command("retry")
-@db_options
+@database_options
 @ids_option(
     "OUTBOX_RETRY_IDS", "Retry this failed row (repeat; the env var takes space-separated ids)."
 )
 @all_option("OUTBOX_RETRY_ALL", "Retry every failed row (narrow with --queue/--type).")
 @queue_type_options
-@dry_run_option("Show which rows would be retried; change nothing.")
-@audit_options
-@json_option
+@change_options("Show which rows would be retried; change nothing.")
 def retry_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
+    db: Database,
     ids: tuple[int, ...],
     all_: bool,
     queue: str | None,
     type_: str | None,
-    dry_run: bool,
-    reason: str,
-    actor: str | None,
-    as_json: bool,
+    change: Change,
 ) -> None:
     """Put failed outbox rows back to pending: attempts reset, due now, one audit record.
 
@@ -69,21 +61,21 @@ def retry_cmd(
     others were still retried) or the database failed, 2 usage error (neither or both of
     --id and --all, empty --reason).
     """
-    who = retry_request(ids, all_, reason, actor)
+    who = retry_request(ids, all_, change)
 
     def call(dry: bool, progress: Progress) -> admin.RetryResult:
         return admin.retry(
-            engine, schema, now=utcnow(), reason=reason, actor=who,
+            engine, schema, now=utcnow(), reason=change.reason, actor=who,
             ids=list(ids) if ids else None, queue=queue, type_=type_, dry_run=dry,
             progress=progress,
         )  # fmt: skip
 
-    engine, schema = open_db(dsn, outbox_table, inbox_table)
-    _requeue(engine, call, RETRY, dry_run, as_json, who, reason, {})
+    engine, schema = db.open()
+    _requeue(engine, call, RETRY, change, who, {})
 
 
 @click.command("republish")
-@db_options
+@database_options
 @ids_option(
     "OUTBOX_REPUBLISH_IDS",
     "Republish this sent row (repeat; the env var takes space-separated ids).",
@@ -97,22 +89,15 @@ def retry_cmd(
     "--sent-until", "OUTBOX_SENT_UNTIL", help="With --sent-since: only rows sent before this time."
 )  # fmt: skip
 @queue_type_options
-@dry_run_option("Show which rows would be republished; change nothing.")
-@audit_options
-@json_option
+@change_options("Show which rows would be republished; change nothing.")
 def republish_cmd(
-    dsn: str,
-    outbox_table: str,
-    inbox_table: str,
+    db: Database,
     ids: tuple[int, ...],
     sent_since: str | None,
     sent_until: str | None,
     queue: str | None,
     type_: str | None,
-    dry_run: bool,
-    reason: str,
-    actor: str | None,
-    as_json: bool,
+    change: Change,
 ) -> None:
     """Put sent outbox rows back to pending, so the relay publishes them again.
 
@@ -147,24 +132,24 @@ def republish_cmd(
             f"{until.isoformat()} is not after --sent-since {since.isoformat()}",
             param_hint="--sent-until",
         )
-    who = audit_actor(reason, actor)
-    if since is not None and until is not None and not as_json:
+    who = change.who()
+    if since is not None and until is not None and not change.as_json:
         click.echo(f"window: sent from {since.isoformat()} to {until.isoformat()} (UTC)")
 
     def call(dry: bool, progress: Progress) -> admin.RetryResult:
         return admin.republish(
-            engine, schema, now=utcnow(), reason=reason, actor=who,
+            engine, schema, now=utcnow(), reason=change.reason, actor=who,
             ids=list(ids) if ids else None, sent_since=since, sent_until=until,
             queue=queue, type_=type_, dry_run=dry, progress=progress,
         )  # fmt: skip
 
-    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    engine, schema = db.open()
     window = (
         {"sent_since": since.isoformat(), "sent_until": until.isoformat()}
         if since is not None and until is not None
         else {}
     )
-    _requeue(engine, call, REPUBLISH, dry_run, as_json, who, reason, window)
+    _requeue(engine, call, REPUBLISH, change, who, window)
 
 
 @dataclass(frozen=True)
@@ -183,17 +168,16 @@ def _requeue(
     engine: Engine,
     call: Callable[[bool, Progress], admin.RetryResult],
     verb: Verb,
-    dry_run: bool,
-    as_json: bool,
+    change: Change,
     who: str,
-    reason: str,
     extra: dict[str, Any],
 ) -> None:
     """Run a retry or republish (a dry run first: it is --dry-run's answer and gives the
     progress bar its length), print what it did, exit 1 if some --id did not match."""
+    dry_run = change.dry_run
     with database_work(engine, verb.name):
         result = requeue_with_bar(call, dry_run, verb.doing)
-    if as_json:
+    if change.as_json:
         echo_json(
             {"ids": result.ids, f"not_{verb.status}": result.not_matched, "dry_run": dry_run,
              "by": who, **extra}
@@ -201,12 +185,12 @@ def _requeue(
     else:
         echo_ids(f"would {verb.name}" if dry_run else verb.past, result.ids)
         if result.ids and not dry_run:
-            click.echo(f"audit: {verb.name} by {who}: {reason}")
+            click.echo(f"audit: {verb.name} by {who}: {change.reason}")
     exit_not_matched(verb.past, verb.status, result.not_matched)
 
 
 @click.command("compact")
-@db_options
+@database_options
 @env_option(
     "--older-than",
     "OUTBOX_COMPACT_OLDER_THAN",
@@ -218,9 +202,7 @@ def _requeue(
     type=click.IntRange(1, admin.MAX_COMPACT_BATCH), help="Rows per delete transaction.",
 )  # fmt: skip
 @json_option
-def compact_cmd(
-    dsn: str, outbox_table: str, inbox_table: str, older_than: str, batch: int, as_json: bool
-) -> None:
+def compact_cmd(db: Database, older_than: str, batch: int, as_json: bool) -> None:
     """Delete old sent outbox rows in short batches; never pending or failed rows.
 
     Safe to run from cron while the relay and producers work: each batch is its own
@@ -231,7 +213,7 @@ def compact_cmd(
     2 bad option.
     """
     before = older_than_option(older_than)
-    engine, schema = open_db(dsn, outbox_table, inbox_table)
+    engine, schema = db.open()
     with database_work(engine, "compact"):
         total = admin.count_compactable(engine, schema, before)
         result = delete_with_bar(

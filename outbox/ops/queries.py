@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import (
     ColumnElement,
@@ -131,19 +131,26 @@ def matching(
     return conditions
 
 
+class RowFilters(TypedDict, total=False):
+    """What operator commands narrow outbox rows by; a filter absent or None matches all."""
+
+    queue: str | None
+    type_: str | None
+    error_like: str | None
+    since: datetime | None
+
+
 def _rows_filter(
     t: Table,
     *,
     status: str = states.FAILED,
-    queue: str | None = None,
-    type_: str | None = None,
-    error_like: str | None = None,
-    since: datetime | None = None,
     ids: Sequence[int] | None = None,
+    **filters: Unpack[RowFilters],
 ) -> list[ColumnElement[bool]]:
     return matching(
-        t, t.c.status == status, equal={"queue": queue, "type": type_},
-        error_like=error_like, since=since, ids=ids,
+        t, t.c.status == status,
+        equal={"queue": filters.get("queue"), "type": filters.get("type_")},
+        error_like=filters.get("error_like"), since=filters.get("since"), ids=ids,
     )  # fmt: skip
 
 
@@ -158,15 +165,7 @@ def audit_insert(audit: Table, **values: Any) -> Insert:
     return audit.insert().values(**values)
 
 
-def list_failed(
-    t: Table,
-    *,
-    queue: str | None = None,
-    type_: str | None = None,
-    error_like: str | None = None,
-    since: datetime | None = None,
-    limit: int = 100,
-) -> Select[Any]:
+def list_failed(t: Table, *, limit: int = 100, **filters: Unpack[RowFilters]) -> Select[Any]:
     return (
         select(
             t.c.id,
@@ -178,7 +177,7 @@ def list_failed(
             t.c.occurred_at,
             t.c.last_error,
         )
-        .where(*_rows_filter(t, queue=queue, type_=type_, error_like=error_like, since=since))
+        .where(*_rows_filter(t, **filters))
         .order_by(t.c.id)
         .limit(limit)
     )

@@ -78,7 +78,6 @@ class Claimer(ConsumerPart):
         # (PostgreSQL). PyMySQL would pay a SET AUTOCOMMIT round trip each way; SQLite keeps
         # its write lock.
         self._reader = self.dialect.reader(engine)
-        self._returning = self.dialect.returning
         self.on_promoted: Callable[[], None] | None = None
 
     @property
@@ -111,7 +110,7 @@ class Claimer(ConsumerPart):
         worker holds the group lock right now, give up at once and try another candidate."""
         group = candidate.serial_group
         resumed = candidate.state == states.PROCESSING
-        if group is None and self.dialect.cheap_autocommit and self._returning:
+        if group is None and self.dialect.cheap_autocommit and self.dialect.returning:
             # No lock and no check: the conditional UPDATE ... RETURNING alone decides.
             with self._reader.connect() as conn:
                 return self._claim(conn, candidate, None, self.clock(), resumed=resumed)
@@ -143,10 +142,16 @@ class Claimer(ConsumerPart):
         token = uuid4()
         lease = now + timedelta(seconds=self.consumer.visibility_timeout)
         statement = queries.claim(
-            self.inbox, candidate.id, token, now, lease, resumed=resumed, returning=self._returning
+            self.inbox,
+            candidate.id,
+            token,
+            now,
+            lease,
+            resumed=resumed,
+            returning=self.dialect.returning,
         )
         result = conn.execute(statement)
-        if self._returning:
+        if self.dialect.returning:
             row = result.first()
             if row is None:
                 return None  # someone else claimed or finished it first

@@ -21,7 +21,6 @@ from inbox.consumer import Consumer
 from inbox.part import ConsumerPart
 from outbox import states
 from outbox.clock import utcnow
-from outbox.dialect import dialect_of
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
 from outbox.transport import Rejected
 from outbox.wire import H_EVENT_ID, H_KEY, H_PRIORITY, H_QUEUE, H_TYPE, Envelope
@@ -63,7 +62,7 @@ class InboxIngest(ConsumerPart):
         rows = [self._row(m, now) for m in messages]
         failed = sum(1 for r in rows if r["state"] == states.FAILED)
         inserted = duplicates = 0
-        dialect = dialect_of(conn)
+        dialect = self.dialect
         for batch in _distinct_batches(rows):
             if not dialect.returning:
                 rowcount = conn.execute(queries_ingest.ingest_mysql(self.inbox), batch).rowcount

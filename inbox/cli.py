@@ -125,6 +125,7 @@ def worker(
     """
     from inbox.sources import source_from_url
     from inbox.worker import Worker, WorkerOptions
+    from outbox.stop_signals import install_stop_signals
 
     # The consumer's package logs at our level: its handlers' lines are the operator's own.
     package = target.partition(":")[0].split(".")[0]
@@ -135,6 +136,17 @@ def worker(
         raise click.BadParameter(
             f"not queues of {consumer.name!r}: {unknown}", param_hint="--queue"
         )
+    # Stop signals from the first moment: a SIGTERM during the start-up check (before the
+    # worker runs) ends it with 0 like any other, not by the signal's default action.
+    stops: list[str] = []
+    running: list[Worker] = []
+
+    def on_stop(reason: str) -> None:
+        stops.append(reason)
+        for started in running:
+            started.request_stop(reason)
+
+    uninstall = install_stop_signals(on_stop)
     try:
         # No pre-ping: the loops survive a lost connection (it is invalidated and replaced),
         # and a ping per checkout would double the round trips of a claim.
@@ -164,9 +176,14 @@ def worker(
             stop_when_idle=stop_when_idle,
             time_limit=time_limit,
         )
-        code = Worker(consumer, engine, src, options, broker=bool(source)).run()
+        running.append(Worker(consumer, engine, src, options, broker=bool(source)))
+        if stops:
+            running[0].request_stop(stops[0])
+        code = running[0].run(install_signals=False)
     except OutboxError as exc:
         _fail(str(exc))
+    finally:
+        uninstall()
     engine.dispose()
     sys.exit(code)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pika
@@ -58,18 +58,30 @@ def describe(exc: object) -> str:
 
 
 def declare_queue(
-    channel: BlockingChannel, name: str, arguments: Mapping[str, Any] | None = None
+    channel: BlockingChannel | pika.channel.Channel,
+    name: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    callback: Callable[[Any], None] | None = None,
 ) -> None:
     """Durable, with ``arguments`` (e.g. ``{"x-queue-type": "quorum"}``): the relay and the
-    consumers must declare a queue alike, or RabbitMQ refuses the second (406)."""
+    consumers must declare a queue alike, or RabbitMQ refuses the second (406). ``callback``:
+    on the asynchronous channel, called with the answer (the call itself does not wait)."""
+    extra = {} if callback is None else {"callback": callback}
     channel.queue_declare(
-        queue=name, durable=True, arguments=dict(arguments) if arguments else None
+        queue=name, durable=True, arguments=dict(arguments) if arguments else None, **extra
     )
 
 
-def declare_exchange(channel: BlockingChannel, name: str) -> None:
+def declare_exchange(
+    channel: BlockingChannel | pika.channel.Channel,
+    name: str,
+    *,
+    callback: Callable[[Any], None] | None = None,
+) -> None:
     """The durable fan-out exchange a fan-out publisher sends ``name``'s messages to."""
-    channel.exchange_declare(exchange=name, exchange_type="fanout", durable=True)
+    extra = {} if callback is None else {"callback": callback}
+    channel.exchange_declare(exchange=name, exchange_type="fanout", durable=True, **extra)
 
 
 def group_queue(destination: str, group: str) -> str:

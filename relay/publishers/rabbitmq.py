@@ -204,22 +204,42 @@ class RabbitMQPublisher:
                 self._declare(destination)
             except pika.exceptions.ShortStringTooLong:
                 refused[destination] = "destination name is over AMQP's 255 bytes"
-            except pika.exceptions.ChannelClosedByBroker as exc:
-                if exc.reply_code != 403:
+            except _ChannelClosed as exc:
+                reason = exc.reason
+                if not (
+                    isinstance(reason, pika.exceptions.ChannelClosedByBroker)
+                    and reason.reply_code == 403
+                ):
                     raise
-                refused[destination] = f"destination refused: {exc.reply_code} {exc.reply_text}"
+                refused[destination] = (
+                    f"destination refused: {reason.reply_code} {reason.reply_text}"
+                )
                 # The broker closed the channel (nothing was published on it yet): a new one.
                 self._channel = None
                 self._open_channel()
         return refused
 
     def _declare(self, destination: str) -> None:
+        """Declare on the asynchronous channel and wait at most the confirm timeout.
+
+        The blocking channel's declare waits for its answer without a time limit: a relay
+        that reconnected after an outage and then met a silent broker on its first declare
+        hung there (tests/faults/test_confirm_stall.py), holding its batch's row locks."""
         if destination in self._declared:
             return
+        answered: list[bool] = []
+
+        def on_ok(_frame: Any) -> None:
+            answered.append(True)
+            self._wake()
+
         if self.fanout:
-            broker.declare_exchange(self._channel, destination)
+            broker.declare_exchange(self._async, destination, callback=on_ok)
         else:
-            broker.declare_queue(self._channel, destination, self.queue_arguments)
+            broker.declare_queue(self._async, destination, self.queue_arguments, callback=on_ok)
+        self._pump(
+            self._channel, lambda: bool(answered), self.confirm_timeout, f"declaring {destination}"
+        )
         self._declared.add(destination)
 
     # -- callbacks (run inside process_data_events, in frame order) ---------------------------
@@ -283,7 +303,7 @@ class RabbitMQPublisher:
         if channel.is_closed:
             reason = self._closed_reason
             self._learn_size_limit(reason)
-            raise BrokerUnavailable(f"channel closed by the broker: {describe(reason)}")
+            raise _ChannelClosed(reason)
         if not done():
             self._abandon()
             raise BrokerUnavailable(f"no answer from {mask(self.url)} for {what} in {timeout}s")
@@ -300,6 +320,14 @@ class RabbitMQPublisher:
             limit = int(match.group(2))
             log.warning("the broker refuses bodies over %d bytes; checking before sending", limit)
             self.max_message_bytes = limit
+
+
+class _ChannelClosed(BrokerUnavailable):
+    """The broker closed the channel; ``reason`` is pika's exception saying why."""
+
+    def __init__(self, reason: Exception | None) -> None:
+        super().__init__(f"channel closed by the broker: {describe(reason)}")
+        self.reason = reason
 
 
 def _nothing() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +27,6 @@ from sqlalchemy import func, select, update
 
 from outbox import Message, states, store_many
 from outbox.schema import inbox_table, outbox_table
-from tests.integration.relay.publishers_fixtures import TcpProxy
 from tests.support import services
 from tests.support.workers import ROOT, Bed
 
@@ -309,54 +307,3 @@ def delete_rabbit_queues(url: str, names: Sequence[str]) -> None:
         channel = conn.channel()
         for name in names:
             channel.queue_delete(name)
-
-
-# -- a TCP proxy the test can cut or stall ------------------------------------------------------
-
-
-@dataclass
-class Proxy(TcpProxy):
-    """``TcpProxy`` (``cut()``: every connection dropped, the port closed, the broker looks
-    dead; ``restore()``) that can also ``stall()``: stop forwarding the broker's bytes to the
-    clients while still taking what they send (messages get stored, their confirms are held
-    back), until ``resume()``."""
-
-    _flowing: threading.Event = field(default_factory=threading.Event)
-    _held_since: float | None = None  # monotonic time the stall first held broker bytes
-
-    def start(self) -> Proxy:
-        self._flowing.set()
-        super().start()
-        return self
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:  # type: ignore[override]
-        try:
-            from_broker = src.getpeername() == self.target
-            while data := src.recv(65536):
-                if from_broker and not self._flowing.is_set():
-                    if self._held_since is None:
-                        self._held_since = time.monotonic()
-                    self._flowing.wait()
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def stall(self) -> None:
-        self._held_since = None
-        self._flowing.clear()
-
-    def held_for(self) -> float:
-        """Seconds since the stall held back the first bytes of the broker (0: none yet)."""
-        since = self._held_since
-        return 0.0 if since is None else time.monotonic() - since
-
-    def resume(self) -> None:
-        self._flowing.set()
-
-    def cut(self) -> None:
-        super().cut()
-        self._flowing.set()  # held pumps wake up, find their sockets closed and end

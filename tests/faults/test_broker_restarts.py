@@ -23,13 +23,13 @@ from outbox.schema import inbox_table, outbox_table
 from tests.faults.pipeline import (
     MakePipeline,
     Pipeline,
-    Proxy,
     messages,
     rabbit_leftovers,
     require_rabbitmq,
     scaled,
 )
 from tests.faults.verdict import verdict
+from tests.integration.relay.publishers_fixtures import StallingProxy
 from tests.support import services
 from tests.support.kafka import KafkaBroker
 
@@ -48,7 +48,7 @@ def _scenario(name: str, dialect: str) -> str:
 def test_rabbitmq_port_cut_twice_mid_stream(dialect: str, make_pipeline: MakePipeline) -> None:
     # Given relays and workers reaching RabbitMQ through a proxy, and rows arriving
     url = require_rabbitmq()
-    proxy = Proxy(("127.0.0.1", 5672)).start()
+    proxy = StallingProxy(("127.0.0.1", 5672)).start()
     through = url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
     pipe = make_pipeline(through, through)
     try:

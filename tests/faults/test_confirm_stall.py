@@ -28,7 +28,6 @@ from tests.faults.pipeline import (
     MakePipeline,
     Pipeline,
     Proc,
-    Proxy,
     messages,
     rabbit_leftovers,
     require_rabbitmq,
@@ -36,6 +35,7 @@ from tests.faults.pipeline import (
     wait_until,
 )
 from tests.faults.verdict import verdict
+from tests.integration.relay.publishers_fixtures import StallingProxy
 from tests.support.kafka import KafkaBroker
 
 TOTAL = scaled(1000)
@@ -85,7 +85,7 @@ def _finish(pipe: Pipeline, scenario: str, stalls: int) -> None:
     assert attempts == 0  # a stalled broker is not the rows' fault
 
 
-def _stall_confirms(pipe: Pipeline, proxy: Proxy, extra: list[Message]) -> None:
+def _stall_confirms(pipe: Pipeline, proxy: StallingProxy, extra: list[Message]) -> None:
     """One stall, held until a relay gave up on its confirms."""
     # Every relay that gave up before is connected again first: a connection handshake held
     # back is not bounded by the confirm timeout, so a relay still reconnecting would not
@@ -120,7 +120,7 @@ def test_rabbitmq_confirms_stalled_past_the_timeout(
 ) -> None:
     # Given relays publishing through a proxy, workers reading RabbitMQ directly, rows arriving
     url = require_rabbitmq()
-    proxy = Proxy(("127.0.0.1", 5672)).start()
+    proxy = StallingProxy(("127.0.0.1", 5672)).start()
     pipe = make_pipeline(url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}"), url)
     try:
         _start(pipe)

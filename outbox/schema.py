@@ -49,6 +49,9 @@ class Schema:
     inbox: Table
     audit: Table
     groups: Table
+    outbox_sequences: Table
+    inbox_sequences: Table
+    effects: Table
 
 
 def _outbox_table(metadata: MetaData, name: str) -> Table:
@@ -75,6 +78,12 @@ def _outbox_table(metadata: MetaData, name: str) -> Table:
         # ON DUPLICATE KEY UPDATE must change something, or the rowcount cannot tell a
         # duplicate from an insert under CLIENT_FOUND_ROWS (SQLAlchemy's default).
         Column("store_conflicts", Integer(), nullable=False, server_default=text("0")),
+        # The message contract (docs/contract.md): the effect that must happen once, the
+        # object whose changes are ordered and this change's number, the payload's schema.
+        Column("effect_key", Name, nullable=True),
+        Column("sequence_key", Name, nullable=True),
+        Column("sequence", BigInteger(), nullable=True),
+        Column("schema_version", Name, nullable=True),
         UniqueConstraint("event_id", name=f"uq_{name}_event_id"),
         # Relay fetch: due pending rows, most urgent first, then id.
         Index(f"ix_{name}_relay", "status", "priority", "id"),
@@ -115,6 +124,15 @@ def _inbox_table(metadata: MetaData, name: str) -> Table:
         Column("occurred_at", UTCDateTime(), nullable=True),
         Column("received_at", UTCDateTime(), nullable=False),
         Column("finished_at", UTCDateTime(), nullable=True),
+        # The message contract, as the producer stored it (docs/contract.md).
+        Column("effect_key", Name, nullable=True),
+        Column("sequence_key", Name, nullable=True),
+        Column("sequence", BigInteger(), nullable=True),
+        Column("schema_version", Name, nullable=True),
+        # Why a message left the automatic path (review, unknown, stale, a duplicate effect):
+        # one of inbox.contract.REASONS; and the check an operator must make before resolving.
+        Column("reason", String(32), nullable=True),
+        Column("next_check", Text(), nullable=True),
         UniqueConstraint("event_id", "consumer", name=f"uq_{name}_event_consumer"),
         # Claim: a consumer's ready rows by (priority, seq).
         Index(f"ix_{name}_claim", "consumer", "state", "priority", "seq"),
@@ -123,6 +141,9 @@ def _inbox_table(metadata: MetaData, name: str) -> Table:
         Index(f"ix_{name}_group", "consumer", "serial_group", "state", "priority", "seq"),
         # Retention (prune) and finished-work gauges.
         Index(f"ix_{name}_finished", "state", "finished_at"),
+        # A sequence key's rows by number: the successor freed by an applied change, the
+        # predecessor a gap waits for.
+        Index(f"ix_{name}_sequence", "consumer", "sequence_key", "sequence"),
     )
 
 
@@ -140,6 +161,47 @@ def _groups_table(metadata: MetaData, name: str) -> Table:
         Column("needs_check", Boolean(), nullable=False),
         # serial_group last: the pass reads marked groups in name order, 500 at a time.
         Index(f"ix_{name}_check", "consumer", "needs_check", "serial_group"),
+    )
+
+
+def _outbox_sequences_table(metadata: MetaData, name: str) -> Table:
+    """The producer's counter per sequence key: ``store(sequence_key=...)`` without a number
+    takes ``last + 1`` and keeps the row locked until the caller's transaction ends, so the
+    committed numbers of a key have no gap and no duplicate (a rollback gives its number back).
+    """
+    return Table(
+        name,
+        metadata,
+        Column("sequence_key", Name, primary_key=True),
+        Column("last", BigInteger(), nullable=False),
+    )
+
+
+def _inbox_sequences_table(metadata: MetaData, name: str) -> Table:
+    """The last number applied per (consumer, sequence key), advanced in the handler's own
+    transaction by a conditional UPDATE (``last = n - 1``): two runs of one number cannot both
+    commit. Created at 0 when the key's first message is received."""
+    return Table(
+        name,
+        metadata,
+        Column("consumer", Name, primary_key=True),
+        Column("sequence_key", Name, primary_key=True),
+        Column("last", BigInteger(), nullable=False, server_default=text("0")),
+    )
+
+
+def _effects_table(metadata: MetaData, name: str) -> Table:
+    """The effect ledger: one row per (consumer, effect key) whose effect committed, inserted
+    in the handler's transaction before the handler runs. A second message with that key (any
+    event id) finds it and is acknowledged without running; two at once: the second insert
+    waits for the first transaction and then finds the row."""
+    return Table(
+        name,
+        metadata,
+        Column("consumer", Name, primary_key=True),
+        Column("effect_key", Name, primary_key=True),
+        Column("event_id", Uuid(), nullable=False),
+        Column("applied_at", UTCDateTime(), nullable=False),
     )
 
 
@@ -171,6 +233,9 @@ def _build(outbox_name: str, inbox_name: str) -> Schema:
         _inbox_table(metadata, inbox_name),
         _audit_table(metadata, f"{outbox_name}_audit"),
         _groups_table(metadata, f"{inbox_name}_groups"),
+        _outbox_sequences_table(metadata, f"{outbox_name}_sequences"),
+        _inbox_sequences_table(metadata, f"{inbox_name}_sequences"),
+        _effects_table(metadata, f"{inbox_name}_effects"),
     )
 
 
@@ -184,3 +249,6 @@ outbox_table = _default.outbox
 inbox_table = _default.inbox
 audit_table = _default.audit
 groups_table = _default.groups
+outbox_sequences_table = _default.outbox_sequences
+inbox_sequences_table = _default.inbox_sequences
+effects_table = _default.effects

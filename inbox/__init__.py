@@ -5,6 +5,15 @@ It builds on the core ``outbox`` package only, never on ``relay`` (``make lint``
 
 from inbox.admin import unblock
 from inbox.consumer import Consumer, Handler, InboxMessage, QueuePolicy
+from inbox.contract import EffectUnknown
 from outbox.backoff import Backoff
 
-__all__ = ["Backoff", "Consumer", "Handler", "InboxMessage", "QueuePolicy", "unblock"]
+__all__ = [
+    "Backoff",
+    "Consumer",
+    "EffectUnknown",
+    "Handler",
+    "InboxMessage",
+    "QueuePolicy",
+    "unblock",
+]

@@ -33,11 +33,22 @@ from inbox import queries_batch as q
 from inbox.batching import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
 from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
+from inbox.gate import Decided, Gate
 from inbox.group_state import mark_groups
 from inbox.ingest import wake_payload
 from inbox.part import ConsumerPart
-from inbox.runner import DONE, LOST, _describe, _message, count_outcome, finish_failure
-from outbox import metrics, states
+from inbox.queries import DUE_STATES
+from inbox.runner import (
+    DONE,
+    LOST,
+    _describe,
+    _message,
+    count_outcome,
+    decided_outcome,
+    finish_decided,
+    finish_failure,
+)
+from outbox import metrics
 from outbox.clock import utcnow
 
 log = logging.getLogger("inbox.runner")
@@ -48,6 +59,11 @@ class Failed:
     claim: Claim
     error: str
     permanent: bool
+    exc: BaseException | None = None  # what the handler raised (None: refused before it ran)
+
+
+# A claim the gate finished instead of its handler (inbox/gate.py).
+Gated = tuple[Claim, Decided]
 
 
 DEADLOCK_RETRIES = 3
@@ -89,25 +105,31 @@ class BatchRunner(ConsumerPart):
         self.metrics = metrics.default()
         self._thread = threading.local()  # .seconds: row id -> its handler's last run
         self._engine = self.dialect.read_committed(engine)
+        self.gate = Gate(self)
 
     def run(self, claims: Sequence[Claim]) -> list[tuple[Claim, str]]:
         """Run every claim; returns (claim, outcome) in the order they finished: done,
         retry, failed, halted or lost (taken back: its effect was rolled back)."""
         outcomes: list[tuple[Claim, str]] = []
         failed: list[Failed] = []
+        gated: list[Gated] = []
         pending: list[Claim] = []
         self._thread.seconds = {}
+        now = self.clock()
         for claim in claims:
             reason = self._refused(claim)
-            if reason is None:
-                pending.append(claim)
-            else:
+            refused_version = self.gate.refused_version(claim.row, now)
+            if reason is not None:
                 failed.append(Failed(claim, reason, permanent=True))
-        while pending or failed:
-            done, failed, pending, lost = self._transaction(pending, failed)
+            elif refused_version is not None:
+                gated.append((claim, refused_version))
+            else:
+                pending.append(claim)
+        while pending or failed or gated:
+            done, pending, lost = self._transaction(pending, failed, gated)
             outcomes += [(c, LOST) for c in lost]
             outcomes += done
-            failed = []
+            failed, gated = [], []
         for claim, outcome in outcomes:
             self._count(claim, outcome)
         self._thread.seconds = {}
@@ -126,25 +148,24 @@ class BatchRunner(ConsumerPart):
         return None
 
     def _transaction(
-        self, pending: list[Claim], failed: list[Failed]
-    ) -> tuple[list[tuple[Claim, str]], list[Failed], list[Claim], list[Claim]]:
+        self, pending: list[Claim], failed: list[Failed], gated: list[Gated]
+    ) -> tuple[list[tuple[Claim, str]], list[Claim], list[Claim]]:
         """One transaction: run handlers of ``pending`` until the time bound, write the done
-        marks and the failures. Returns (outcomes, failures carried over, claims not yet run,
-        claims lost)."""
+        marks, the gate's decisions and the failures (``failed`` and ``gated``: decided
+        before this transaction). Returns (outcomes, claims not yet run, claims lost)."""
         lost: list[Claim] = []
         deadlocks = 0
         while True:
             try:
                 with Session(self._engine) as session:
-                    ran, raised, rest = self._handlers(session, pending)
-                    failed_now = failed + raised
-                    outcomes = self._finish(session, ran, failed_now)
+                    ran, decided, raised, rest = self._handlers(session, pending)
+                    outcomes = self._finish(session, ran, failed + raised, gated + decided)
                     if outcomes is None:  # a claim was taken back: find it, run again
                         session.rollback()
-                        pending, failed = self._without_lost(pending, failed, lost)
+                        pending, failed, gated = self._without_lost(pending, failed, gated, lost)
                         continue
                     session.commit()
-                    return outcomes, [], rest, lost
+                    return outcomes, rest, lost
             except _Raised as exc:  # "rerun": without the one that raised
                 failed = [*failed, exc.failed]
                 pending = [c for c in pending if c is not exc.failed.claim]
@@ -157,64 +178,84 @@ class BatchRunner(ConsumerPart):
                 log.warning("batch rolled back as a deadlock victim: running it again")
 
     def _without_lost(
-        self, pending: list[Claim], failed: list[Failed], lost: list[Claim]
-    ) -> tuple[list[Claim], list[Failed]]:
-        """``pending`` and ``failed`` without the claims no longer held, added to ``lost``."""
-        held = self._held(pending + [f.claim for f in failed])
-        if len(held) == len(pending) + len(failed):
+        self, pending: list[Claim], failed: list[Failed], gated: list[Gated], lost: list[Claim]
+    ) -> tuple[list[Claim], list[Failed], list[Gated]]:
+        """``pending``, ``failed`` and ``gated`` without the claims no longer held, added to
+        ``lost``."""
+        everyone = pending + [f.claim for f in failed] + [c for c, _ in gated]
+        held = self._held(everyone)
+        if len(held) == len(everyone):
             raise RuntimeError("done marks changed fewer rows than are held")
-        lost += [c for c in pending if c.row_id not in held]
-        lost += [f.claim for f in failed if f.claim.row_id not in held]
-        still = [c for c in pending if c.row_id in held]
-        return still, [f for f in failed if f.claim.row_id in held]
+        lost += [c for c in everyone if c.row_id not in held]
+        return (
+            [c for c in pending if c.row_id in held],
+            [f for f in failed if f.claim.row_id in held],
+            [g for g in gated if g[0].row_id in held],
+        )
 
     def _handlers(
         self, session: Session, pending: list[Claim]
-    ) -> tuple[list[Claim], list[Failed], list[Claim]]:
+    ) -> tuple[list[Claim], list[Gated], list[Failed], list[Claim]]:
         started = time.monotonic()
         ran: list[Claim] = []
+        decided: list[Gated] = []
         raised: list[Failed] = []
         for index, claim in enumerate(pending):
-            if ran and time.monotonic() - started >= self.batch_seconds:
-                return ran, raised, pending[index:]
+            if (ran or decided) and time.monotonic() - started >= self.batch_seconds:
+                return ran, decided, raised, pending[index:]
             handler = self.consumer.handler_for(claim.row.type)
             assert handler is not None
-            error = self._one(session, claim, handler)
-            if error is None:
+            result = self._one(session, claim, handler)
+            if result is None:
                 ran.append(claim)
+            elif isinstance(result, Decided):
+                decided.append((claim, result))
             elif self.isolation == "rerun":
                 session.rollback()
-                raise _Raised(error)
+                raise _Raised(result)
             else:
-                raised.append(error)
-        return ran, raised, []
+                raised.append(result)
+        return ran, decided, raised, []
 
-    def _one(self, session: Session, claim: Claim, handler: Handler) -> Failed | None:
+    def _one(self, session: Session, claim: Claim, handler: Handler) -> Failed | Decided | None:
+        """Run one handler behind the gate (its checks and writes in the handler's
+        savepoint, or transaction, so a failing handler takes them back with its effect)."""
         row = claim.row
         message = _message(row, claim.attempt)
         started = time.perf_counter()
+        now = self.clock()
         try:
             if self.isolation == "savepoint":
                 with session.begin_nested():
-                    handler(session, message)
+                    decided = self.gate.before(session, row, now)
+                    if decided is None:
+                        handler(session, message)
             else:
-                handler(session, message)
-                session.flush()  # the handler's pending ORM writes fail here, as its own
+                decided = self.gate.before(session, row, now)
+                if decided is None:
+                    handler(session, message)
+                    session.flush()  # the handler's pending ORM writes fail here, as its own
         except Exception as exc:
-            return Failed(claim, _describe(exc), self.consumer.is_permanent(exc))
+            return Failed(claim, _describe(exc), self.consumer.is_permanent(exc), exc)
         finally:
             # Kept per claim, observed once its outcome committed: a run rolled back by
             # "rerun" is replaced by the run that counted (one observation per message).
             self._thread.seconds[claim.row_id] = time.perf_counter() - started
-        return None
+        return decided
 
     def _finish(
-        self, session: Session, ran: list[Claim], failed: list[Failed]
+        self, session: Session, ran: list[Claim], failed: list[Failed], gated: list[Gated]
     ) -> list[tuple[Claim, str]] | None:
-        """The done marks (one statement per claim pass) and the failures; None when the
-        fence refused one (a claim taken back)."""
+        """The done marks (one statement per claim pass), the gate's decisions and the
+        failures, then the sequence keys' freed successors; None when the fence refused one
+        (a claim taken back)."""
         now = self.clock()
         outcomes: list[tuple[Claim, str]] = []
+        for claim, decided in gated:
+            changed = session.execute(finish_decided(self, claim, decided, now))
+            if changed.rowcount != 1:  # type: ignore[attr-defined]
+                return None
+            outcomes.append((claim, decided_outcome(decided)))
         by_token: dict[Any, list[Claim]] = {}
         for claim in ran:
             by_token.setdefault(claim.token, []).append(claim)
@@ -235,15 +276,20 @@ class BatchRunner(ConsumerPart):
                 permanent=failure.permanent,
                 queue=claim.row.queue,
                 now=now,
+                exc=failure.exc,
             )
             changed = session.execute(finish)
             if changed.rowcount != 1:  # type: ignore[attr-defined]
                 return None
             outcomes.append((claim, state))
+        # After every state of this transaction is written: a change deferred by this very
+        # batch (its predecessor ran after it here) is then found and freed.
+        for claim in [*ran, *(c for c, d in gated if d.duplicate)]:
+            self.gate.after(session, claim.row, now)
         # Every finish frees its group (or leaves its retry in line): the head pass looks.
         groups = (c.serial_group for c, _ in outcomes)
         mark_groups(session, self.groups, self.consumer.name, groups)
-        if self.dialect.notifies and any(o == states.RETRY for _, o in outcomes):
+        if self.dialect.notifies and any(o in DUE_STATES for _, o in outcomes):
             # Idle workers of the consumer, in any process, work out their wait again.
             channel = self.consumer.config.notify_channel
             session.execute(self.dialect.notify(channel, wake_payload(self.consumer)))

@@ -342,11 +342,11 @@ class Claimer(ConsumerPart):
         return {str(r[0]): int(r[1]) for r in rows}
 
     def idle(self) -> bool:
-        """Nothing to claim now, nothing running, no retry due later, no head to promote
-        (a full head pass: deciding to stop is rare, and must miss nothing)."""
+        """Nothing to claim now, nothing running, no retry or deferred change due later, no
+        head to promote (a full head pass: deciding to stop is rare, and must miss nothing)."""
         self.head_pass(full=True)
         counts = self.counts()
-        if counts.get(states.PROCESSING) or counts.get(states.RETRY):
+        if counts.get(states.PROCESSING) or counts.get(states.RETRY) or counts.get(states.DEFERRED):
             return False
         if counts.get(states.READY):
             return False

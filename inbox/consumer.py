@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -10,6 +10,7 @@ from uuid import UUID
 
 from sqlalchemy.orm import Session
 
+from inbox.contract import FailureKind, failure_kind
 from inbox.rules import OnDead, OnRetry, SkipRetry
 from outbox import validation
 from outbox.backoff import Backoff
@@ -31,20 +32,29 @@ class InboxMessage:
     attempt: int = 1
     key: str | None = None
     occurred_at: datetime | None = None
+    # The message contract (docs/contract.md), as the producer stored it.
+    effect_key: str | None = None
+    sequence_key: str | None = None
+    sequence: int | None = None
+    schema_version: str | None = None
 
 
 Handler = Callable[[Session, InboxMessage], None]
 
 # Seconds a sent-but-not-received outbox row keeps its place in its group (broker sources).
 DEFAULT_DELIVERY_WINDOW = 3600.0
+# Seconds a change waits for its missing predecessor (same sequence key) before review.
+DEFAULT_SEQUENCE_GAP_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
 class QueuePolicy:
-    """A queue's own retry and dead-letter policy; None keeps the consumer's."""
+    """A queue's own retry and dead-letter policy and transient errors; None keeps the
+    consumer's."""
 
     on_retry: OnRetry | None = None
     on_dead: OnDead | None = None
+    transient_errors: Sequence[type[BaseException]] | None = None
 
 
 class Consumer:
@@ -59,9 +69,14 @@ class Consumer:
     ``group_lock_timeout``: seconds to wait for a group lock before trying later.
     ``delivery_window``: with a broker, outbox rows sent this many seconds ago or less and not
     yet received still hold their group (job-queue deployment).
-    ``queue_policies``: ``{queue: QueuePolicy(on_retry=..., on_dead=...)}`` (or a dict with those
-    keys) overrides the two policies for the messages of one queue. A group whose messages
-    come from several queues applies each message's own queue's policy to it.
+    ``queue_policies``: ``{queue: QueuePolicy(on_retry=..., on_dead=..., transient_errors=...)}``
+    (or a dict with those keys) overrides the policies for the messages of one queue. A group
+    whose messages come from several queues applies each message's own queue's policy to it.
+    ``transient_errors``: when given, only these exception classes retry; any other error
+    sends the message to review (state ``review``, reason ``not-transient``) on its first
+    failure instead of retrying a mistake. ``sequence_gap_timeout``: seconds a change waits
+    for its missing predecessor (same sequence key) before review (reason ``sequence-gap``).
+    A handler raising ``inbox.EffectUnknown`` leaves its message ``unknown`` (docs/contract.md).
     """
 
     def __init__(
@@ -77,7 +92,9 @@ class Consumer:
         visibility_timeout: float = 60.0,
         group_lock_timeout: float = 5.0,
         delivery_window: float = DEFAULT_DELIVERY_WINDOW,
-        queue_policies: Mapping[str, QueuePolicy | Mapping[str, str]] | None = None,
+        queue_policies: Mapping[str, QueuePolicy | Mapping[str, Any]] | None = None,
+        transient_errors: Sequence[type[BaseException]] = (),
+        sequence_gap_timeout: float = DEFAULT_SEQUENCE_GAP_TIMEOUT,
         config: OutboxConfig = DEFAULT_CONFIG,
     ) -> None:
         self.name = _name("name", name)
@@ -98,22 +115,24 @@ class Consumer:
             ("visibility_timeout", visibility_timeout),
             ("group_lock_timeout", group_lock_timeout),
             ("delivery_window", delivery_window),
+            ("sequence_gap_timeout", sequence_gap_timeout),
         ):
-            if not value > 0:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"{label}: must be positive, got {value!r}")
         if backoff is not None and not isinstance(backoff, Backoff):
             raise ConfigError(
                 f"backoff: expected an outbox.backoff.Backoff (e.g. Backoff(1, 300), "
                 f"Backoff.fixed(10)), got {backoff!r}"
             )
-        for error in permanent_errors:
-            if not (isinstance(error, type) and issubclass(error, BaseException)):
-                raise ConfigError(f"permanent_errors: {error!r} is not an exception class")
+        _check_errors("permanent_errors", permanent_errors)
+        _check_errors("transient_errors", transient_errors)
         self.on_retry: OnRetry = on_retry
         self.on_dead: OnDead = on_dead
         self.max_attempts = max_attempts
         self.backoff = backoff if backoff is not None else Backoff()
         self.permanent_errors = tuple(permanent_errors)
+        self.transient_errors = tuple(transient_errors)
+        self.sequence_gap_timeout = float(sequence_gap_timeout)
         self.visibility_timeout = float(visibility_timeout)
         self.group_lock_timeout = float(group_lock_timeout)
         self.delivery_window = float(delivery_window)
@@ -122,6 +141,7 @@ class Consumer:
         # Read by every claim: worked out once (queues and policies never change).
         self.skip_retry = self._skip_retry()
         self._handlers: dict[str, Handler] = {}
+        self._versions: dict[str, frozenset[str]] = {}
 
     def on_retry_for(self, queue: str) -> OnRetry:
         policy = self.queue_policies.get(queue)
@@ -131,6 +151,18 @@ class Consumer:
         policy = self.queue_policies.get(queue)
         return policy.on_dead if policy and policy.on_dead else self.on_dead
 
+    def transient_for(self, queue: str) -> tuple[type[BaseException], ...]:
+        """The errors that retry for ``queue``'s messages (empty: every error retries)."""
+        policy = self.queue_policies.get(queue)
+        if policy is not None and policy.transient_errors is not None:
+            return tuple(policy.transient_errors)
+        return self.transient_errors
+
+    def failure_kind(self, error: BaseException, queue: str) -> FailureKind:
+        return failure_kind(
+            error, permanent=self.permanent_errors, transient=self.transient_for(queue)
+        )
+
     def _skip_retry(self) -> SkipRetry:
         """Whose retry rows step aside while waiting out their backoff (on_retry="skip"):
         True = every queue's, False = none, or the tuple of those queues."""
@@ -139,17 +171,29 @@ class Consumer:
             return True
         return skipping or False
 
-    def handler(self, message_type: str) -> Callable[[Handler], Handler]:
-        """Register ``handler(session, message)`` for ``message_type``."""
+    def handler(
+        self, message_type: str, *, versions: Collection[str] | None = None
+    ) -> Callable[[Handler], Handler]:
+        """Register ``handler(session, message)`` for ``message_type``. ``versions``: the
+        payload schema versions it accepts (``store(schema_version=...)``); a message of
+        another version, or of none, goes to review (reason ``unsupported-schema``) without
+        running, never to retry. Default: any version."""
         message_type = _name("message_type", message_type)
+        accepted = _versions(versions)
 
         def register(function: Handler) -> Handler:
             if message_type in self._handlers:
                 raise ConfigError(f"handler: {message_type!r} already has a handler")
             self._handlers[message_type] = function
+            if accepted is not None:
+                self._versions[message_type] = accepted
             return function
 
         return register
+
+    def versions_for(self, message_type: str) -> frozenset[str] | None:
+        """The schema versions ``message_type``'s handler accepts; None: any."""
+        return self._versions.get(message_type)
 
     def handler_for(self, message_type: str) -> Handler | None:
         return self._handlers.get(message_type)
@@ -173,7 +217,7 @@ def _check_policies(prefix: str, on_retry: Any, on_dead: Any) -> None:
 
 
 def _queue_policies(
-    given: Mapping[str, QueuePolicy | Mapping[str, str]], queues: Sequence[str]
+    given: Mapping[str, QueuePolicy | Mapping[str, Any]], queues: Sequence[str]
 ) -> dict[str, QueuePolicy]:
     policies: dict[str, QueuePolicy] = {}
     for queue, policy in given.items():
@@ -181,13 +225,41 @@ def _queue_policies(
         if queue not in queues:
             raise ConfigError(f"{prefix[:-1]}: not one of this consumer's queues {list(queues)}")
         if not isinstance(policy, QueuePolicy):
-            unknown = set(policy) - {"on_retry", "on_dead"}
+            unknown = set(policy) - {"on_retry", "on_dead", "transient_errors"}
             if unknown:
                 raise ConfigError(f"{prefix[:-1]}: unknown keys {sorted(unknown)}")
-            policy = QueuePolicy(policy.get("on_retry"), policy.get("on_dead"))  # type: ignore[arg-type]
+            policy = QueuePolicy(
+                policy.get("on_retry"), policy.get("on_dead"), policy.get("transient_errors")
+            )
         _check_policies(prefix, policy.on_retry, policy.on_dead)
+        if policy.transient_errors is not None:
+            _check_errors(f"{prefix}transient_errors", policy.transient_errors)
         policies[queue] = policy
     return policies
+
+
+def _check_errors(label: str, errors: Any) -> None:
+    if isinstance(errors, type | str):
+        raise ConfigError(f"{label}: give a list of exception classes, got {errors!r}")
+    for error in errors:
+        if not (isinstance(error, type) and issubclass(error, BaseException)):
+            raise ConfigError(f"{label}: {error!r} is not an exception class")
+
+
+def _versions(versions: Any) -> frozenset[str] | None:
+    if versions is None:
+        return None
+    if isinstance(versions, str) or not isinstance(versions, Collection) or not versions:
+        raise ConfigError(
+            f"versions: give a non-empty set of schema version strings, got {versions!r}"
+        )
+    for version in versions:
+        if not isinstance(version, str) or not version.strip() or len(version) > 255:
+            raise ConfigError(
+                f"versions: {version!r} is not a schema version (a non-empty string of at "
+                "most 255 characters)"
+            )
+    return frozenset(versions)
 
 
 def _name(label: str, value: Any) -> str:

@@ -16,11 +16,12 @@ from uuid import UUID, uuid5
 
 from sqlalchemy import Connection, Engine
 
-from inbox import queries_ingest
+from inbox import queries_contract, queries_ingest
 from inbox.consumer import Consumer
 from inbox.part import ConsumerPart
 from outbox import states
 from outbox.clock import utcnow
+from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
 from outbox.transport import Rejected
 from outbox.wire import H_EVENT_ID, H_KEY, H_PRIORITY, H_QUEUE, H_TYPE, Envelope
@@ -47,6 +48,7 @@ class InboxIngest(ConsumerPart):
         self, consumer: Consumer, engine: Engine, clock: Callable[[], datetime] = utcnow
     ) -> None:
         super().__init__(consumer, engine, clock)
+        self.schema = schema_for(consumer.config)
         self.on_ingested: Callable[[IngestResult], None] | None = None
 
     def __call__(self, messages: Sequence[Envelope | Rejected]) -> None:
@@ -75,6 +77,12 @@ class InboxIngest(ConsumerPart):
                 fresh = sum(1 for r in returned if r.duplicates == 0)
                 inserted += fresh
                 duplicates += len(returned) - fresh
+        keys = [r["sequence_key"] for r in rows if r["sequence_key"] is not None]
+        if keys:  # each key's counter of applied numbers, at 0 the first time
+            conn.execute(
+                queries_contract.create_sequences(dialect, self.schema.inbox_sequences),
+                queries_contract.sequence_rows(self.consumer.name, keys),
+            )
         if inserted and dialect.notifies:
             conn.execute(
                 dialect.notify(self.consumer.config.notify_channel, wake_payload(self.consumer))
@@ -104,6 +112,10 @@ class InboxIngest(ConsumerPart):
             "occurred_at": message.occurred_at,
             "received_at": now,
             "finished_at": None,
+            "effect_key": message.effect_key,
+            "sequence_key": message.sequence_key,
+            "sequence": message.sequence,
+            "schema_version": message.schema_version,
         }
         if self.consumer.handler_for(message.type) is None:
             row["state"] = states.FAILED
@@ -148,6 +160,10 @@ class InboxIngest(ConsumerPart):
             "occurred_at": None,
             "received_at": now,
             "finished_at": now,
+            "effect_key": None,
+            "sequence_key": None,
+            "sequence": None,
+            "schema_version": None,
         }
 
 

@@ -59,8 +59,13 @@ def claimable(table: Table, now: Moment, *, resumed: bool = False) -> ColumnElem
         return and_(t.state == states.PROCESSING, t.lease_until < now)
     return or_(
         t.state.in_((states.READY, states.WAITING)),
-        and_(t.state == states.RETRY, t.available_at <= now),
+        and_(t.state.in_(DUE_STATES), t.available_at <= now),
     )
+
+
+# States a row leaves at its ``available_at``: a retry's backoff, a deferred change's
+# check of its sequence gap.
+DUE_STATES = (states.RETRY, states.DEFERRED)
 
 
 def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select[Any]:
@@ -77,6 +82,7 @@ def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select
     conditions = (
         t.state == states.READY,
         and_(t.state == states.RETRY, t.available_at <= now),
+        and_(t.state == states.DEFERRED, t.available_at <= now),
         and_(t.state == states.PROCESSING, t.lease_until < now),
     )
     branches = [
@@ -141,7 +147,7 @@ def inbox_blocker(
     conditions: with the ordering one alone, a running lower-priority row would not hold
     back a newer urgent one (the PROCESSING clause of G5)."""
     t = table.c
-    exclusion = t.state.in_((states.PROCESSING, states.HALTED))
+    exclusion = t.state.in_((states.PROCESSING, *states.GROUP_HOLDING_STATES))
     condition: ColumnElement[bool] = exclusion
     if ordering:
         condition = or_(
@@ -229,7 +235,7 @@ def mark_waiting(table: Table, row_id: int, now: datetime) -> Update:
         update(table)
         .where(
             t.id == row_id,
-            or_(t.state == states.READY, and_(t.state == states.RETRY, t.available_at <= now)),
+            or_(t.state == states.READY, and_(t.state.in_(DUE_STATES), t.available_at <= now)),
         )
         .values(state=states.WAITING)
     )
@@ -251,6 +257,11 @@ def _loaded(table: Table) -> tuple[Any, ...]:
         t.seq,
         t.occurred_at,
         t.claim_token,
+        t.effect_key,
+        t.sequence_key,
+        t.sequence,
+        t.schema_version,
+        t.received_at,
     )
 
 
@@ -374,7 +385,7 @@ def _waiting_heads(
             r.place == 1,
             r.state == states.WAITING,
             ~running(states.PROCESSING),
-            ~running(states.HALTED),
+            *(~running(state) for state in states.GROUP_HOLDING_STATES),
         )
         .order_by(r.priority, r.seq, r.id)
     )

@@ -33,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from inbox.queries import _loaded, _ordering_states, claimable
+from inbox.queries import DUE_STATES, _loaded, _ordering_states, claimable
 from inbox.rules import SkipRetry
 from outbox import states
 from outbox.dialect import Dialect
@@ -57,6 +57,7 @@ def locked_candidates(table: Table, dialect: Dialect) -> Select[Any]:
     conditions = (
         t.state == states.READY,
         and_(t.state == states.RETRY, t.available_at <= now),
+        and_(t.state == states.DEFERRED, t.available_at <= now),
         and_(t.state == states.PROCESSING, t.lease_until < now),
     )
     branches = []
@@ -111,7 +112,7 @@ def group_views(
     )
     busy = [
         select(literal(BUSY).label("kind"), *columns).where(mine, t.state == state)
-        for state in (states.PROCESSING, states.HALTED)
+        for state in (states.PROCESSING, *states.GROUP_HOLDING_STATES)
     ]
     in_line = (
         select(
@@ -178,7 +179,7 @@ def _group_views_pg(
         .where(
             t.consumer == consumer,
             t.serial_group == g_busy.c.name,
-            t.state.in_((states.PROCESSING, states.HALTED)),
+            t.state.in_((states.PROCESSING, *states.GROUP_HOLDING_STATES)),
         )
         .lateral("busy")
     )
@@ -316,7 +317,7 @@ def mark_waiting_many(table: Table) -> Update:
         update(table)
         .where(
             t.id.in_(bindparam("ids", expanding=True)),
-            or_(t.state == states.READY, and_(t.state == states.RETRY, t.available_at <= now)),
+            or_(t.state == states.READY, and_(t.state.in_(DUE_STATES), t.available_at <= now)),
         )
         .values(state=states.WAITING)
     )
@@ -371,5 +372,5 @@ def next_retry_due(table: Table) -> Select[Any]:
     consumer."""
     t = table.c
     return select(func.min(t.available_at)).where(
-        t.consumer == bindparam("consumer"), t.state == states.RETRY
+        t.consumer == bindparam("consumer"), t.state.in_(DUE_STATES)
     )

@@ -51,9 +51,13 @@ def create_sequences(dialect: Dialect, sequences: Table) -> Insert:
     return stmt
 
 
-def last_applied(sequences: Table, consumer: str, key: str) -> Select[Any]:
+def last_applied(sequences: Table, consumer: str, key: str, *, lock: bool = False) -> Select[Any]:
+    """``lock``: hold the key's row until commit (PostgreSQL, MariaDB), so a change that
+    decides to wait for its predecessor has written that it waits before the predecessor's
+    apply looks for waiting successors to free."""
     s = sequences.c
-    return select(s.last).where(s.consumer == consumer, s.sequence_key == key)
+    stmt = select(s.last).where(s.consumer == consumer, s.sequence_key == key)
+    return stmt.with_for_update() if lock else stmt
 
 
 def advance(sequences: Table, consumer: str, key: str, number: int) -> Update:

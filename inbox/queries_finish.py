@@ -39,19 +39,31 @@ def finish_failed(
     *,
     state: str,
     available_at: datetime,
-    last_error: str,
+    last_error: str | None,
     now: datetime,
+    reason: str | None = None,
+    next_check: str | None = None,
+    ran: bool = True,
 ) -> Update:
-    """To retry (due at ``available_at``), failed or halted."""
-    finished = None if state == states.RETRY else now
-    return (
-        update(table)
-        .where(_fenced(table, row_id, token))
-        .values(
-            state=state,
-            available_at=available_at,
-            last_error=last_error,
-            lease_until=None,
-            finished_at=finished,
-        )
-    )
+    """To retry (due at ``available_at``), failed, halted, or a state of the message contract
+    (deferred, stale, review, unknown, done as a duplicate effect) with its ``reason`` and
+    ``next_check``. ``ran=False``: decided before the handler ran, so the claim's attempt is
+    given back (attempts count handler runs)."""
+    t = table.c
+    finished = now if state in FINISHED_STATES else None
+    values: dict[str, Any] = {
+        "state": state,
+        "available_at": available_at,
+        "last_error": last_error,
+        "lease_until": None,
+        "finished_at": finished,
+        "reason": reason,
+        "next_check": next_check,
+    }
+    if not ran:
+        values["attempts"] = t.attempts - 1
+    return update(table).where(_fenced(table, row_id, token)).values(values)
+
+
+# States a finish ends the message in (``finished_at`` set; prune may delete them later).
+FINISHED_STATES = (states.DONE, states.FAILED, states.HALTED, states.STALE)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from inbox.contract import EFFECT_UNKNOWN, NOT_TRANSIENT, FailureKind
 from outbox import states
 from outbox.backoff import Backoff
 
@@ -63,7 +64,7 @@ def blocker(row: Row, group: Iterable[Row], now: datetime, on_retry: Policy) -> 
     for other in group:
         if other.id == row.id:
             continue
-        if other.state in (states.PROCESSING, states.HALTED):
+        if other.state == states.PROCESSING or other.state in states.GROUP_HOLDING_STATES:
             return other
         if in_line(other, now, on_retry) and other.order < row.order:
             return other
@@ -87,21 +88,31 @@ def expected_order(rows: Sequence[tuple[str, int]]) -> list[str]:
 class Failure:
     """What happens to a row whose handler raised."""
 
-    state: str  # RETRY, FAILED or HALTED
+    state: str  # RETRY, FAILED, HALTED, REVIEW or UNKNOWN
     delay: timedelta
+    reason: str | None = None  # inbox.reason for REVIEW and UNKNOWN
 
 
 def after_failure(
     attempt: int,
     *,
-    permanent: bool,
+    permanent: bool = False,
     max_attempts: int,
     on_dead: OnDead,
     backoff: Backoff,
+    kind: FailureKind | None = None,
 ) -> Failure:
     """Retry with backoff until ``max_attempts`` handler runs, then dead; permanent errors are
-    dead at once. A dead row halts its group under on_dead="halt"."""
-    if permanent or attempt >= max_attempts:
+    dead at once. A dead row halts its group under on_dead="halt". ``kind``
+    (``inbox.contract.failure_kind``; default from ``permanent``): an unknown effect is
+    ``unknown`` and an error outside the transient ones goes to review, both at once: neither
+    is retried automatically."""
+    kind = kind or ("permanent" if permanent else "transient")
+    if kind == "unknown":
+        return Failure(states.UNKNOWN, timedelta(0), EFFECT_UNKNOWN)
+    if kind == "unclassified":
+        return Failure(states.REVIEW, timedelta(0), NOT_TRANSIENT)
+    if kind == "permanent" or attempt >= max_attempts:
         return Failure(states.HALTED if on_dead == "halt" else states.FAILED, timedelta(0))
     return Failure(states.RETRY, backoff.delay(attempt))
 

@@ -19,9 +19,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Update
 from sqlalchemy.orm import Session
 
-from inbox import queries, queries_finish, rules
+from inbox import contract, queries, queries_finish, rules
 from inbox.claims import Claim, Claimer
 from inbox.consumer import Consumer, InboxMessage
+from inbox.gate import Decided, Gate
 from inbox.group_state import mark_groups
 from inbox.part import ConsumerPart
 from outbox import metrics, states
@@ -32,13 +33,20 @@ log = logging.getLogger("inbox.runner")
 
 DONE = "done"
 LOST = "lost"  # the claim was taken back meanwhile: our work was rolled back
+DUPLICATE = "duplicate"  # its effect key was applied by another event id: not run
 # Outcome -> ``inbox_processed_total{result}``.
 _RESULTS = {
     DONE: metrics.RESULT_DONE,
     states.RETRY: metrics.RESULT_RETRY,
     states.FAILED: metrics.RESULT_FAILED,
     states.HALTED: metrics.RESULT_FAILED,
+    states.REVIEW: metrics.RESULT_REVIEW,
+    states.UNKNOWN: metrics.RESULT_UNKNOWN,
+    states.STALE: metrics.RESULT_STALE,
 }
+# Outcomes after which the group's next message may start (DEFERRED: the change steps aside
+# until its predecessor is applied; REVIEW and UNKNOWN hold the group).
+_FREEING = (DONE, DUPLICATE, states.FAILED, states.STALE, states.DEFERRED)
 
 
 class Runner(ConsumerPart):
@@ -51,6 +59,7 @@ class Runner(ConsumerPart):
     ) -> None:
         super().__init__(consumer, engine, clock)
         self.claimer = claimer
+        self.gate = Gate(self)
         # On SQLite a beat may queue behind the handler's own write transaction: harmless,
         # nobody can take the claim back while that transaction holds the write lock.
         self.heartbeat = True
@@ -81,9 +90,11 @@ class Runner(ConsumerPart):
                 f"{self.consumer.max_attempts}"
             )
             outcome = self._fail(claim, reason, permanent=True, queue=row.queue)
+        elif (refused := self.gate.refused_version(row, self.clock())) is not None:
+            outcome = self._decided(claim, refused)
         else:
             started = time.perf_counter()
-            outcome = self._run_handler(claim, handler, _message(row, claim.attempt))
+            outcome = self._run_handler(claim, handler, row)
             self.metrics.handler_time(
                 self.consumer.name, row.queue, row.priority, time.perf_counter() - started
             )
@@ -100,8 +111,9 @@ class Runner(ConsumerPart):
         count_outcome(self.metrics, self.consumer.name, row, outcome, self.clock())
 
     def _run_handler(
-        self, claim: Claim, handler: Callable[[Session, InboxMessage], None], msg: InboxMessage
+        self, claim: Claim, handler: Callable[[Session, InboxMessage], None], row: Any
     ) -> str:
+        msg = _message(row, claim.attempt)
         stop = threading.Event()
         beat = None
         if self.heartbeat:
@@ -112,7 +124,13 @@ class Runner(ConsumerPart):
         try:
             with Session(self.engine) as session:
                 try:
+                    decided = self.gate.before(session, row, self.clock())
+                    if decided is not None:
+                        if decided.duplicate:
+                            self.gate.after(session, row, self.clock())
+                        return self._decided(claim, decided, session)
                     handler(session, msg)
+                    self.gate.after(session, row, self.clock())
                     finished = session.execute(
                         queries_finish.finish_done(
                             self.inbox, claim.row_id, claim.token, self.clock()
@@ -132,6 +150,7 @@ class Runner(ConsumerPart):
                         _describe(exc),
                         permanent=self.consumer.is_permanent(exc),
                         queue=msg.queue,
+                        exc=exc,
                     )
         finally:
             stop.set()
@@ -156,9 +175,35 @@ class Runner(ConsumerPart):
             if renewed != 1:
                 return  # taken back: the finish will be refused by the token fence
 
-    def _fail(self, claim: Claim, error: str, *, permanent: bool, queue: str) -> str:
+    def _decided(self, claim: Claim, decided: Decided, session: Session | None = None) -> str:
+        """Write what the gate decided instead of a run (in ``session``, which holds the
+        gate's writes, or in a transaction of its own)."""
+        finish = finish_decided(self, claim, decided, self.clock())
+        if session is not None:
+            changed = session.execute(finish).rowcount  # type: ignore[attr-defined]
+            if changed != 1:
+                session.rollback()
+                return LOST
+            self._mark(session, claim)
+            session.commit()
+        else:
+            with self.engine.begin() as conn:
+                changed = conn.execute(finish).rowcount
+                if changed == 1:
+                    self._mark(conn, claim)
+        return decided_outcome(decided) if changed == 1 else LOST
+
+    def _fail(
+        self,
+        claim: Claim,
+        error: str,
+        *,
+        permanent: bool,
+        queue: str,
+        exc: BaseException | None = None,
+    ) -> str:
         state, finish = finish_failure(
-            self, claim, error, permanent=permanent, queue=queue, now=self.clock()
+            self, claim, error, permanent=permanent, queue=queue, now=self.clock(), exc=exc
         )
         try:
             with self.engine.begin() as conn:
@@ -172,17 +217,27 @@ class Runner(ConsumerPart):
 
 
 def finish_failure(
-    part: ConsumerPart, claim: Claim, error: str, *, permanent: bool, queue: str, now: datetime
+    part: ConsumerPart,
+    claim: Claim,
+    error: str,
+    *,
+    permanent: bool,
+    queue: str,
+    now: datetime,
+    exc: BaseException | None = None,
 ) -> tuple[str, Update]:
-    """The state a failed run leaves its row in (retry, failed or halted, by the consumer's
-    policies) and the ``UPDATE`` that writes it, fenced by the claim's token."""
+    """The state a failed run leaves its row in (retry, failed, halted, review or unknown, by
+    the consumer's policies and the exception ``exc``) and the ``UPDATE`` that writes it,
+    fenced by the claim's token."""
     consumer = part.consumer
+    kind = consumer.failure_kind(exc, queue) if exc is not None else None
     decided = rules.after_failure(
         claim.attempt,
         permanent=permanent,
         max_attempts=consumer.max_attempts,
         on_dead=consumer.on_dead_for(queue),
         backoff=consumer.backoff,
+        kind=kind,
     )
     finish = queries_finish.finish_failed(
         part.inbox,
@@ -192,15 +247,55 @@ def finish_failure(
         available_at=now + decided.delay,
         last_error=error,
         now=now,
+        reason=decided.reason,
+        next_check=_next_check(decided.state, exc),
     )
     return decided.state, finish
+
+
+def _next_check(state: str, exc: BaseException | None) -> str | None:
+    if state == states.UNKNOWN and isinstance(exc, contract.EffectUnknown):
+        return exc.check
+    if state == states.REVIEW:
+        return (
+            "is this error temporary? If so add its class to transient_errors and "
+            "`outbox inbox resolve ID --not-applied`; else fix the data or the handler first "
+            "(--not-applied runs it again, --skip drops it)"
+        )
+    return None
+
+
+def finish_decided(part: ConsumerPart, claim: Claim, decided: Decided, now: datetime) -> Update:
+    """The ``UPDATE`` that finishes a claim the gate decided about (its attempt given back:
+    the handler did not run)."""
+    return queries_finish.finish_failed(
+        part.inbox,
+        claim.row_id,
+        claim.token,
+        state=decided.state,
+        available_at=decided.available_at,
+        last_error=decided.error,
+        now=now,
+        reason=decided.reason,
+        next_check=decided.next_check,
+        ran=False,
+    )
+
+
+def decided_outcome(decided: Decided) -> str:
+    return DUPLICATE if decided.duplicate else decided.state
 
 
 def count_outcome(
     counters: metrics.Metrics, consumer: str, row: Any, outcome: str, now: datetime
 ) -> bool:
-    """``inbox_processed_total`` and, for done, ``inbox_end_to_end_seconds``. False (nothing
-    counted) for a lost claim: the run that took it back counts it."""
+    """``inbox_processed_total`` and, for done, ``inbox_end_to_end_seconds``; a duplicate
+    effect key: ``inbox_duplicates_total{key="effect_key"}``. False (nothing counted) for a
+    lost claim (the run that took it back counts it) and a deferred change (counted when it
+    is decided)."""
+    if outcome == DUPLICATE:
+        counters.duplicate(consumer, row.queue, row.priority, key=metrics.DUPLICATE_BY_EFFECT_KEY)
+        return True
     result = _RESULTS.get(outcome)
     if result is None:
         return False
@@ -212,7 +307,7 @@ def count_outcome(
 
 
 def _frees_group(outcome: str, consumer: Consumer, queue: str) -> bool:
-    if outcome == DONE or outcome == states.FAILED:
+    if outcome in _FREEING:
         return True
     return outcome == states.RETRY and consumer.on_retry_for(queue) == "skip"
 
@@ -237,4 +332,8 @@ def _message(row: Any, attempt: int) -> InboxMessage:
         attempt=attempt,
         key=key,
         occurred_at=row.occurred_at,
+        effect_key=row.effect_key,
+        sequence_key=row.sequence_key,
+        sequence=row.sequence,
+        schema_version=row.schema_version,
     )

@@ -279,8 +279,9 @@ class Worker:
         with self._lock:
             for _, outcome in outcomes:
                 self.processed[outcome] = self.processed.get(outcome, 0) + 1
-        if any(outcome == states.RETRY for _, outcome in outcomes):
-            self.claim_wake.set()  # idle threads work out their wait again: a retry is due
+        if any(outcome in (states.RETRY, states.DEFERRED) for _, outcome in outcomes):
+            # Idle threads work out their wait again: a retry (or a gap's check) is due.
+            self.claim_wake.set()
         for claim, outcome in outcomes:
             group = claim.serial_group
             if group is not None and _frees_group(outcome, self.consumer, claim.row.queue):

@@ -30,7 +30,23 @@ GAUGES_REFRESH_ERRORS_TOTAL: Final = "outbox_gauges_refresh_errors_total"
 RESULT_DONE: Final = "done"  # the handler's effect committed
 RESULT_RETRY: Final = "retry"  # the handler failed; the message is due again later
 RESULT_FAILED: Final = "failed"  # dead: attempts exhausted, permanent error or unknown type
-RESULTS: Final = (RESULT_DONE, RESULT_RETRY, RESULT_FAILED)
+# The message contract (docs/contract.md): off the automatic path, or never to be applied.
+RESULT_REVIEW: Final = "review"  # kept for a person (schema, gap, an error not transient)
+RESULT_UNKNOWN: Final = "unknown"  # the handler raised EffectUnknown
+RESULT_STALE: Final = "stale"  # its sequence number was applied already: not applied
+RESULTS: Final = (
+    RESULT_DONE,
+    RESULT_RETRY,
+    RESULT_FAILED,
+    RESULT_REVIEW,
+    RESULT_UNKNOWN,
+    RESULT_STALE,
+)
+
+# ``inbox_duplicates_total{key}``: which key found the message a duplicate.
+DUPLICATE_BY_EVENT_ID: Final = "event_id"  # a redelivery of one (event_id, consumer)
+DUPLICATE_BY_EFFECT_KEY: Final = "effect_key"  # another event id with an applied effect key
+DUPLICATE_KEYS: Final = (DUPLICATE_BY_EVENT_ID, DUPLICATE_BY_EFFECT_KEY)
 
 IN_PROCESS_NAMES: Final = (
     PUBLISHED_TOTAL, PUBLISH_ERRORS_TOTAL, RELAY_BATCH_SECONDS, DELIVERY_LAG_SECONDS,
@@ -45,11 +61,34 @@ DATABASE_GAUGE_NAMES: Final = (
 ALL_NAMES: Final = (*IN_PROCESS_NAMES, *DATABASE_GAUGE_NAMES)
 
 __all__ = [
-    "ALL_NAMES", "DATABASE_GAUGE_NAMES", "DELIVERY_LAG_SECONDS", "FAILED_COUNT",
-    "GAUGES_REFRESH_ERRORS_TOTAL", "GAUGES_REFRESH_SECONDS", "INBOX_DUPLICATES_TOTAL",
-    "INBOX_END_TO_END_SECONDS", "INBOX_FAILED_COUNT", "INBOX_GROUP_BLOCKED_SECONDS",
-    "INBOX_HANDLER_SECONDS", "INBOX_PROCESSED_TOTAL", "INBOX_PROCESSING_COUNT",
-    "INBOX_WAITING_COUNT", "IN_PROCESS_NAMES", "PENDING_COUNT", "PENDING_SECONDS",
-    "PUBLISHED_TOTAL", "PUBLISH_ERRORS_TOTAL", "RELAY_BATCH_SECONDS", "RESULTS", "RESULT_DONE",
-    "RESULT_FAILED", "RESULT_RETRY",
+    "ALL_NAMES",
+    "DATABASE_GAUGE_NAMES",
+    "DELIVERY_LAG_SECONDS",
+    "DUPLICATE_BY_EFFECT_KEY",
+    "DUPLICATE_BY_EVENT_ID",
+    "DUPLICATE_KEYS",
+    "FAILED_COUNT",
+    "GAUGES_REFRESH_ERRORS_TOTAL",
+    "GAUGES_REFRESH_SECONDS",
+    "INBOX_DUPLICATES_TOTAL",
+    "INBOX_END_TO_END_SECONDS",
+    "INBOX_FAILED_COUNT",
+    "INBOX_GROUP_BLOCKED_SECONDS",
+    "INBOX_HANDLER_SECONDS",
+    "INBOX_PROCESSED_TOTAL",
+    "INBOX_PROCESSING_COUNT",
+    "INBOX_WAITING_COUNT",
+    "IN_PROCESS_NAMES",
+    "PENDING_COUNT",
+    "PENDING_SECONDS",
+    "PUBLISHED_TOTAL",
+    "PUBLISH_ERRORS_TOTAL",
+    "RELAY_BATCH_SECONDS",
+    "RESULTS",
+    "RESULT_DONE",
+    "RESULT_FAILED",
+    "RESULT_RETRY",
+    "RESULT_REVIEW",
+    "RESULT_STALE",
+    "RESULT_UNKNOWN",
 ]  # fmt: skip

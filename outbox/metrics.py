@@ -31,6 +31,8 @@ from outbox.config import OutboxConfig
 from outbox.metric_names import *  # noqa: F403  (every name stays importable from here)
 from outbox.metric_names import (
     DELIVERY_LAG_SECONDS,
+    DUPLICATE_BY_EVENT_ID,
+    DUPLICATE_KEYS,
     INBOX_DUPLICATES_TOTAL,
     INBOX_END_TO_END_SECONDS,
     INBOX_HANDLER_SECONDS,
@@ -63,8 +65,8 @@ _HELP: Final = {
     PUBLISH_ERRORS_TOTAL: "Messages whose publish failed (broker down, refused, timed out).",
     RELAY_BATCH_SECONDS: "Time of one relay batch: fetch, publish, confirm, mark sent.",
     DELIVERY_LAG_SECONDS: "From the store (occurred_at) to the broker's confirm.",
-    INBOX_PROCESSED_TOTAL: "Handler runs by result (done, retry, failed).",
-    INBOX_DUPLICATES_TOTAL: "Duplicate deliveries absorbed (acknowledged, never re-run).",
+    INBOX_PROCESSED_TOTAL: "Messages by result (done, retry, failed, review, unknown, stale).",
+    INBOX_DUPLICATES_TOTAL: "Duplicates absorbed (acknowledged, never run), by matching key.",
     INBOX_HANDLER_SECONDS: "Handler run time, its transaction's commit included.",
     INBOX_END_TO_END_SECONDS: "From the store (occurred_at) to the handler's commit.",
 }
@@ -96,7 +98,7 @@ class Metrics:
         self._batch = _histogram(RELAY_BATCH_SECONDS, (), DURATION_BUCKETS)
         self._delivery_lag = _histogram(DELIVERY_LAG_SECONDS, qp, LATENCY_BUCKETS)
         self._processed = _counter(INBOX_PROCESSED_TOTAL, (*cqp, "result"))
-        self._duplicates = _counter(INBOX_DUPLICATES_TOTAL, cqp)
+        self._duplicates = _counter(INBOX_DUPLICATES_TOTAL, (*cqp, "key"))
         self._handler = _histogram(INBOX_HANDLER_SECONDS, cqp, DURATION_BUCKETS)
         self._end_to_end = _histogram(INBOX_END_TO_END_SECONDS, cqp, LATENCY_BUCKETS)
         self._relay_half: tuple[Collector, ...] = (
@@ -137,7 +139,8 @@ class Metrics:
                     self._processed.labels(consumer, queue, priority, result)
         # The worker counts duplicates per consumer (one received batch mixes queues and
         # priorities), under queue "" and priority 0.
-        self._duplicates.labels(consumer, "", "0")
+        for key in DUPLICATE_KEYS:
+            self._duplicates.labels(consumer, "", "0", key)
 
     # ---- relay
 
@@ -164,8 +167,18 @@ class Metrics:
             raise ValueError(f"result: {result!r} is not one of {RESULTS}")
         self._processed.labels(consumer, queue, str(priority), result).inc()
 
-    def duplicate(self, consumer: str, queue: str, priority: int, n: int = 1) -> None:
-        self._duplicates.labels(consumer, queue, str(priority)).inc(n)
+    def duplicate(
+        self,
+        consumer: str,
+        queue: str,
+        priority: int,
+        n: int = 1,
+        key: str = DUPLICATE_BY_EVENT_ID,
+    ) -> None:
+        """``n`` duplicates found by ``key`` (one of ``DUPLICATE_KEYS``)."""
+        if key not in DUPLICATE_KEYS:
+            raise ValueError(f"key: {key!r} is not one of {DUPLICATE_KEYS}")
+        self._duplicates.labels(consumer, queue, str(priority), key).inc(n)
 
     def handler_time(self, consumer: str, queue: str, priority: int, seconds: float) -> None:
         self._handler.labels(consumer, queue, str(priority)).observe(seconds)

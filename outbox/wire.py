@@ -59,6 +59,10 @@ class Envelope:
     serial_group: str | None = None
     key: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    effect_key: str | None = None
+    sequence_key: str | None = None
+    sequence: int | None = None
+    schema_version: str | None = None
 
     def wire_headers(self) -> dict[str, str]:
         headers = dict(self.headers)

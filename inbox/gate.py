@@ -1,0 +1,154 @@
+"""What the consumer decides about a claimed message before its handler runs, and writes after
+it ran: the message contract's checks (docs/contract.md, rules in ``inbox/contract.py``).
+
+- ``refused_version``: a schema version the handler does not accept -> review, not run.
+- ``before`` (inside the handler's transaction, before the handler): the sequence key's
+  conditional advance ``last = n - 1 -> n`` (stale: number applied already; gap: deferred,
+  then review) and the effect ledger's insert (taken: another event id applied this effect
+  key -> acknowledged as a duplicate, not run). Both are row writes of the handler's
+  transaction: a handler that fails rolls them back with its effect, and of two runs at once
+  the second waits for the first's commit and then finds the number or the key taken.
+- ``after`` (same transaction, the handler succeeded or the effect was a duplicate, once
+  the transaction's own finishes are written): the key's next change, if deferred, may run
+  now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
+
+from inbox import contract
+from inbox import queries_contract as qc
+from inbox.part import ConsumerPart
+from outbox import states
+from outbox.schema import schema_for
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A claimed message finished without running its handler (or, for a duplicate effect
+    key, acknowledged)."""
+
+    state: str  # DEFERRED, STALE, REVIEW or DONE (a duplicate effect)
+    reason: str
+    available_at: datetime
+    error: str | None = None
+    next_check: str | None = None
+
+    @property
+    def duplicate(self) -> bool:
+        return self.reason == contract.DUPLICATE_EFFECT
+
+
+class Gate:
+    def __init__(self, part: ConsumerPart) -> None:
+        self.part = part
+        self.consumer = part.consumer
+        self.schema = schema_for(part.consumer.config)
+
+    def refused_version(self, row: Any, now: datetime) -> Decided | None:
+        accepted = self.consumer.versions_for(row.type)
+        if contract.accepts_version(accepted, row.schema_version):
+            return None
+        assert accepted is not None
+        given = "no schema version" if row.schema_version is None else repr(row.schema_version)
+        return Decided(
+            states.REVIEW,
+            contract.UNSUPPORTED_SCHEMA,
+            now,
+            error=(
+                f"{row.type!r} with {given}: the handler of consumer {self.consumer.name!r} "
+                f"accepts versions {sorted(accepted)}"
+            ),
+            next_check=(
+                "deploy a handler that accepts this version (or fix the producer), then "
+                "`outbox inbox resolve ID --not-applied` to run it, or --skip to drop it"
+            ),
+        )
+
+    def before(self, conn: Connection | Session, row: Any, now: datetime) -> Decided | None:
+        """None: the handler may run (the number and the effect key are now this
+        transaction's). Else what the row becomes instead."""
+        if row.sequence_key is not None and row.sequence is not None:
+            decided = self._sequence(conn, row, now)
+            if decided is not None:
+                return decided
+        if row.effect_key is not None:
+            taken = conn.execute(
+                qc.record_effect(
+                    self.part.dialect,
+                    self.schema.effects,
+                    self.consumer.name,
+                    row.effect_key,
+                    row.event_id,
+                    now,
+                )
+            ).rowcount  # type: ignore[attr-defined]
+            if taken != 1:
+                # The change counts as applied (its effect is): the caller frees the key's
+                # next change as after a run.
+                return Decided(states.DONE, contract.DUPLICATE_EFFECT, now)
+        return None
+
+    def after(self, conn: Connection | Session, row: Any, now: datetime) -> None:
+        if row.sequence_key is not None and row.sequence is not None:
+            conn.execute(
+                qc.free_successor(
+                    self.schema.inbox, self.consumer.name, row.sequence_key, row.sequence, now
+                )
+            )
+
+    def _sequence(self, conn: Connection | Session, row: Any, now: datetime) -> Decided | None:
+        sequences = self.schema.inbox_sequences
+        name, key, number = self.consumer.name, row.sequence_key, row.sequence
+        if self._advance(conn, key, number):
+            return None
+        lock = self.part.dialect.row_locks
+        last = conn.execute(qc.last_applied(sequences, name, key, lock=lock)).scalar()
+        if last is None:  # the key's first message came in by a path that did not create it
+            conn.execute(qc.create_sequences(self.part.dialect, sequences), [_key(name, key)])
+            last = conn.execute(qc.last_applied(sequences, name, key, lock=lock)).scalar_one()
+        verdict = contract.sequence_verdict(number, last)
+        if verdict == "apply" and self._advance(conn, key, number):
+            return None  # the predecessor committed between our two statements
+        if verdict == "stale":
+            return Decided(
+                states.STALE,
+                contract.STALE_NUMBER,
+                now,
+                error=f"change {number} of {key!r}: the last applied change is {last}",
+            )
+        timeout = self.consumer.sequence_gap_timeout
+        gap = contract.after_gap(row.received_at, now, timeout, predecessor_kept=False)
+        if gap.review:
+            kept = qc.predecessor_kept(self.schema.inbox, name, key, number)
+            if conn.execute(kept).scalar():
+                gap = contract.after_gap(row.received_at, now, timeout, predecessor_kept=True)
+        missing = f"change {number} of {key!r} waits for change {last + 1}"
+        if not gap.review:
+            return Decided(states.DEFERRED, contract.SEQUENCE_GAP, gap.until, error=missing)
+        return Decided(
+            states.REVIEW,
+            contract.SEQUENCE_GAP,
+            now,
+            error=(f"{missing}, not received within {timeout:g}s (last applied: {last})"),
+            next_check=(
+                f"find change {last + 1} of {key!r} at the producer; once it is applied this "
+                "one runs after `resolve ID --not-applied`; `--skip` drops this change"
+            ),
+        )
+
+    def _advance(self, conn: Connection | Session, key: str, number: int) -> bool:
+        changed = conn.execute(
+            qc.advance(self.schema.inbox_sequences, self.consumer.name, key, number)
+        ).rowcount  # type: ignore[attr-defined]
+        return bool(changed == 1)
+
+
+def _key(consumer: str, key: str) -> dict[str, Any]:
+    return {"consumer": consumer, "sequence_key": key}

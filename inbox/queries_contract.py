@@ -33,7 +33,8 @@ def record_effect(
     stmt: Insert = dialect.insert_or_ignore(effects, ["consumer", "effect_key"]).values(
         consumer=consumer, effect_key=effect_key, event_id=event_id, applied_at=now
     )
-    return stmt
+    # SQLAlchemy reports an INSERT's rowcount only when asked to.
+    return stmt.execution_options(preserve_rowcount=True)
 
 
 def effect_owner(effects: Table, consumer: str, effect_key: str) -> Select[Any]:

@@ -232,8 +232,9 @@ def test_two_relays_and_two_workers_count_each_row_once(bed: Bed, tmp_path: Path
                 for result in RESULTS:
                     labels = {"consumer": consumer, "queue": work, "priority": p}
                     assert sample(found, "inbox_processed_total", **labels, result=result) == 0
-            labels = {"consumer": consumer, "queue": "", "priority": "0"}
-            assert sample(found, "inbox_duplicates_total", **labels) == 0
+            for key in ("event_id", "effect_key"):
+                labels = {"consumer": consumer, "queue": "", "priority": "0", "key": key}
+                assert sample(found, "inbox_duplicates_total", **labels) == 0
             assert sample(found, "inbox_failed_count", consumer=other) == 2
             assert "outbox_relay_batch_seconds" not in text and "outbox_pending" not in text
             assert "outbox_published" not in text

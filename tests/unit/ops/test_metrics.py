@@ -270,7 +270,9 @@ def test_expected_label_sets_are_exported_at_zero_before_anything_happens() -> N
             for result in metrics.RESULTS:
                 labels = {"consumer": "billing", "queue": queue, "priority": priority}
                 assert value("inbox_processed_total", **labels, result=result) == 0.0
-    assert value("inbox_duplicates_total", consumer="billing", queue="", priority="0") == 0.0
+    for key in metrics.DUPLICATE_KEYS:
+        labels = {"consumer": "billing", "queue": "", "priority": "0", "key": key}
+        assert value("inbox_duplicates_total", **labels) == 0.0
     # And a later increment counts from there
     m.published("mail", 1, 2)
     assert value("outbox_published_total", queue="mail", priority="1") == 2.0

@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from inbox import Consumer, InboxMessage
+from inbox import Consumer, EffectUnknown, InboxMessage
 from outbox.backoff import Backoff
 from outbox.dsn import normalize
 
@@ -114,18 +114,22 @@ consumer = Consumer(
     permanent_errors=(PermanentProblem,),
     visibility_timeout=_env_float("OUTBOX_TEST_VISIBILITY", 30.0),
     group_lock_timeout=2.0,
+    sequence_gap_timeout=_env_float("OUTBOX_TEST_SEQUENCE_GAP", 300.0),
 )
 
 
 @consumer.handler("job")
 def job(session: Session, message: InboxMessage) -> None:
     """payload: mark, sleep (s), sleep_first (extra on attempt 1), fail (raise on attempts
-    <= fail), permanent (bool), hold_until_file (the test creates it to let the handler end)."""
+    <= fail), permanent (bool), unknown (bool: raise EffectUnknown), hold_until_file (the test
+    creates it to let the handler end)."""
     payload = message.payload
     record(message, "start")
     try:
         if payload.get("permanent"):
             raise PermanentProblem(f"{payload['mark']} cannot be done")
+        if payload.get("unknown"):
+            raise EffectUnknown(f"{payload['mark']}: no answer", check=f"look up {payload['mark']}")
         if message.attempt <= int(payload.get("fail", 0)):
             raise RuntimeError(f"{payload['mark']} failed on attempt {message.attempt}")
         time.sleep(float(payload.get("sleep", 0.0)))

@@ -273,12 +273,17 @@ def _apply(
     consumer = str(row.consumer)
     dialect = dialect_of(conn)
     if row.effect_key is not None:
+        held_before = _owner(conn, schema, row)
         if mode == APPLIED:
+            # Whose the key is after the insert, not the insert's rowcount: psycopg reports
+            # -1 for INSERT ... ON CONFLICT DO NOTHING.
             stmt = qc.record_effect(
                 dialect, schema.effects, consumer, str(row.effect_key), row.event_id, now
             )
-            plan.effect_recorded = conn.execute(stmt).rowcount == 1
+            conn.execute(stmt)
         plan.effect_owner = _owner(conn, schema, row)
+        if mode == APPLIED:
+            plan.effect_recorded = held_before is None and plan.effect_owner == str(row.event_id)
     if row.sequence_key is not None:
         key = str(row.sequence_key)
         if _moves_key(mode, row):

@@ -18,6 +18,7 @@ from inbox.batching import (
 )
 from inbox.cli_ops import commands as ops_commands
 from inbox.cli_repair import commands as repair_commands
+from inbox.cli_review import commands as review_commands
 from inbox.consumer import Consumer
 from outbox import dsn as dsn_mod
 from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack, queues_option
@@ -193,6 +194,7 @@ def inbox_group() -> None:
     """Inspect and repair the inbox."""
 
 
-for _command in [*ops_commands, *repair_commands]:  # failed, prune, groups; retry, unblock
+# failed, prune, groups; retry, unblock; review, resolve
+for _command in [*ops_commands, *repair_commands, *review_commands]:
     inbox_group.add_command(_command)
 commands.extend([worker, inbox_group])

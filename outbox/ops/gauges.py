@@ -1,5 +1,5 @@
-"""Database-derived gauges: pending rows and the lag, failed rows, inbox states per consumer,
-the longest-blocked serial group.
+"""Database-derived gauges: pending rows and the lag, failed rows, inbox states per consumer
+(the rows held for an operator among them), the longest-blocked serial group.
 
 :class:`DatabaseGauges` is a prometheus-client collector that runs its two grouped queries
 (``outbox.ops.queries.outbox_gauges`` / ``inbox_gauges``) at most once per refresh interval
@@ -30,6 +30,8 @@ from outbox.metric_names import (
     INBOX_FAILED_COUNT,
     INBOX_GROUP_BLOCKED_SECONDS,
     INBOX_PROCESSING_COUNT,
+    INBOX_REVIEW_COUNT,
+    INBOX_UNKNOWN_COUNT,
     INBOX_WAITING_COUNT,
     PENDING_COUNT,
     PENDING_SECONDS,
@@ -56,6 +58,8 @@ class InboxGauge:
     processing: int = 0
     failed: int = 0
     blocked_seconds: float = 0.0
+    review: int = 0  # held for an operator (``outbox inbox review``)
+    unknown: int = 0  # the handler's effect may or may not have happened
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,8 @@ def read_snapshot(
                     max((now - a.oldest_waiting).total_seconds(), 0.0)
                     if a.oldest_waiting is not None
                     else 0.0,
+                    a.counts.get(states.REVIEW, 0),
+                    a.counts.get(states.UNKNOWN, 0),
                 )
                 for consumer, a in sorted(iacc.items())
             ]
@@ -301,12 +307,23 @@ class DatabaseGauges(Collector):
                 None,
                 c,
             )
+            review = GaugeMetricFamily(
+                INBOX_REVIEW_COUNT, "Messages held for an operator's decision (review).", None, c
+            )
+            unknown = GaugeMetricFamily(
+                INBOX_UNKNOWN_COUNT,
+                "Messages whose effect may or may not have happened (unknown).",
+                None,
+                c,
+            )
             for gi in snap.inbox:
                 waiting.add_metric([gi.consumer], gi.waiting)
                 processing.add_metric([gi.consumer], gi.processing)
                 failed_i.add_metric([gi.consumer], gi.failed)
                 blocked.add_metric([gi.consumer], gi.blocked_seconds)
-            yield from (waiting, processing, failed_i, blocked)
+                review.add_metric([gi.consumer], gi.review)
+                unknown.add_metric([gi.consumer], gi.unknown)
+            yield from (waiting, processing, failed_i, blocked, review, unknown)
         yield GaugeMetricFamily(
             GAUGES_REFRESH_SECONDS,
             "Duration of the last database gauge refresh.",

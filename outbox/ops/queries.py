@@ -33,7 +33,12 @@ from outbox import states
 
 INBOX_WAITING_STATES = (states.READY, states.WAITING, states.RETRY)
 INBOX_FAILED_STATES = (states.FAILED, states.HALTED)
-INBOX_GAUGE_STATES = (*INBOX_WAITING_STATES, states.PROCESSING, *INBOX_FAILED_STATES)
+INBOX_GAUGE_STATES = (
+    *INBOX_WAITING_STATES,
+    states.PROCESSING,
+    *INBOX_FAILED_STATES,
+    *states.MANUAL_STATES,
+)
 
 
 def ping() -> TextClause:
@@ -66,7 +71,8 @@ def outbox_gauges(t: Table, now: datetime) -> Select[Any]:
 
 
 def inbox_gauges(t: Table) -> Select[Any]:
-    """(consumer, state, rows, oldest received_at) for every not-done state."""
+    """(consumer, state, rows, oldest received_at) for every state the gauges count: not done,
+    dead, or held for an operator (review, unknown)."""
     return (
         select(
             t.c.consumer,

@@ -142,5 +142,38 @@ def test_metrics_once_prints_an_idle_consumer_at_zero(dsn: str, engine: Engine) 
     )
     # Then its inbox gauges are there, at 0
     assert out.returncode == 0, out.stderr
-    for name in ("inbox_waiting_count", "inbox_processing_count", "inbox_failed_count"):
+    for name in (
+        "inbox_waiting_count", "inbox_processing_count", "inbox_failed_count",
+        "inbox_review_count", "inbox_unknown_count",
+    ):  # fmt: skip
         assert f'{name}{{consumer="mailer"}} 0.0' in out.stdout.splitlines(), out.stdout
+
+
+def test_rows_held_for_an_operator_are_counted_apart(engine: Engine) -> None:
+    # Given a known consumer with nothing, and one with rows in review, unknown, and the
+    # states that count elsewhere or nowhere (stale and deferred: the sequence key's own)
+    registry = CollectorRegistry()
+    registry.register(DatabaseGauges(engine, SCHEMA, outbox=False, known_inbox=["idle"]))
+
+    def value(name: str, consumer: str) -> float | None:
+        return registry.get_sample_value(name, {"consumer": consumer})
+
+    # Then, before any row exists, the known consumer's series are there at 0
+    assert value("inbox_review_count", "idle") == 0.0
+    assert value("inbox_unknown_count", "idle") == 0.0
+
+    with engine.begin() as conn:
+        for seq, state in enumerate(
+            [states.REVIEW, states.REVIEW, states.UNKNOWN, states.STALE, states.DEFERRED,
+             states.FAILED, states.READY],
+        ):  # fmt: skip
+            inbox_row(conn, consumer="billing", state=state, seq=seq, received_at=NOW)
+    # When the gauges are read again
+    snap = read_snapshot(engine, SCHEMA, NOW, outbox=False)
+    # Then review and unknown have their own counts, and no other gauge counts them
+    assert snap.inbox == (InboxGauge("billing", waiting=1, failed=1, review=2, unknown=1),)
+    fresh = CollectorRegistry()
+    fresh.register(DatabaseGauges(engine, SCHEMA, outbox=False, known_inbox=["idle"]))
+    assert fresh.get_sample_value("inbox_review_count", {"consumer": "billing"}) == 2.0
+    assert fresh.get_sample_value("inbox_unknown_count", {"consumer": "billing"}) == 1.0
+    assert fresh.get_sample_value("inbox_review_count", {"consumer": "idle"}) == 0.0

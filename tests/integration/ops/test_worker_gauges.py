@@ -23,28 +23,33 @@ NOW = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 TARGET = "tests.integration.ops.custom_tables:consumer"
 
 
-def failed_count(port: int) -> float | None:
+def inbox_counts(port: int) -> dict[str, float] | None:
+    """The custom consumer's failed, review and unknown counts (None: not served yet)."""
     url = f"http://127.0.0.1:{port}/metrics"
     with urllib.request.urlopen(url, timeout=2) as response:
         text = response.read().decode()
+    found = {}
     for line in text.splitlines():
-        if line.startswith('inbox_failed_count{consumer="custom"}'):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+        for name in ("inbox_failed_count", "inbox_review_count", "inbox_unknown_count"):
+            if line.startswith(f'{name}{{consumer="custom"}}'):
+                found[name] = float(line.rsplit(" ", 1)[1])
+    return found if len(found) == 3 else None
 
 
 def test_worker_gauges_read_the_consumers_own_inbox_table(engine: Engine, dsn: str) -> None:
-    # Given the consumer's own tables with two dead rows, and one dead row of the same
-    # consumer name in the default inbox
+    # Given the consumer's own tables with two dead rows, one in review and two unknown, and
+    # one of each of the same consumer name in the default inbox
     custom = schema_for(CONFIG)
     custom.metadata.create_all(engine)
     with engine.begin() as conn:
-        for seq, state in enumerate([states.FAILED, states.HALTED]):
+        held = [states.FAILED, states.HALTED, states.REVIEW, states.UNKNOWN, states.UNKNOWN]
+        for seq, state in enumerate(held):
             inbox_row(
                 conn, consumer="custom", state=state, seq=seq, received_at=NOW,
                 table=custom.inbox,
             )  # fmt: skip
-        inbox_row(conn, consumer="custom", state=states.FAILED, seq=9, received_at=NOW)
+        for seq, state in enumerate([states.FAILED, states.REVIEW, states.UNKNOWN], start=9):
+            inbox_row(conn, consumer="custom", state=state, seq=seq, received_at=NOW)
     assert SCHEMA.inbox.name != custom.inbox.name
 
     # When a worker of that consumer serves its metrics
@@ -56,14 +61,16 @@ def test_worker_gauges_read_the_consumers_own_inbox_table(engine: Engine, dsn: s
     worker = subprocess.Popen(args, cwd=ROOT)
     try:
         deadline = time.monotonic() + 30
-        seen: float | None = None
+        seen: dict[str, float] | None = None
         while time.monotonic() < deadline and seen is None:
             try:
-                seen = failed_count(port)
+                seen = inbox_counts(port)
             except OSError:
                 time.sleep(0.1)
-        # Then the dead rows counted are those of its own table
-        assert seen == 2.0
+        # Then the rows counted are those of its own table
+        assert seen == {
+            "inbox_failed_count": 2.0, "inbox_review_count": 1.0, "inbox_unknown_count": 2.0,
+        }  # fmt: skip
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0

@@ -116,6 +116,7 @@ def test_dashboard_names_only_exported_metrics() -> None:
         "inbox_duplicates_total", "inbox_waiting_count", "inbox_group_blocked_seconds",
         "outbox_delivery_lag_seconds_bucket", "inbox_end_to_end_seconds_bucket",
         "inbox_handler_seconds_bucket", "outbox_relay_batch_seconds_bucket",
+        "inbox_review_count", "inbox_unknown_count",
     }  # fmt: skip
     assert spec <= used
 
@@ -154,7 +155,7 @@ def run_promtool(*args: str, cwd: Path = GRAFANA) -> subprocess.CompletedProcess
 def test_promtool_check_rules() -> None:
     out = run_promtool("check", "rules", str(ALERTS))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 8 rules found" in out.stdout
+    assert "SUCCESS: 10 rules found" in out.stdout
 
 
 def test_promtool_rule_unit_tests() -> None:
@@ -196,6 +197,15 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
             "max by (consumer) (inbox_group_blocked_seconds)",
             "sum by (consumer) (inbox_group_blocked_seconds)",
         ),
+        (
+            "(inbox_unknown_count) > 0\n        for: 1m",
+            "(inbox_unknown_count) > 0\n        for: 2m",
+        ),
+        ("(inbox_unknown_count) > 0", "(inbox_unknown_count) > 1"),
+        ("max by (consumer) (inbox_unknown_count)", "sum by (consumer) (inbox_unknown_count)"),
+        ("(inbox_review_count) > 0\n        for: 10m", "(inbox_review_count) > 0\n        for: 5m"),
+        ("(inbox_review_count) > 0", "(inbox_review_count) > 2"),
+        ("max by (consumer) (inbox_review_count)", "sum by (consumer) (inbox_review_count)"),
     ],
 )
 def test_rule_tests_catch_a_changed_rule(tmp_path: Path, old: str, new: str) -> None:
@@ -226,7 +236,7 @@ def test_every_panel_expression_parses(tmp_path: Path) -> None:
 DATABASE_DERIVED = (
     "outbox_pending_count", "outbox_pending_seconds", "outbox_failed_count",
     "inbox_waiting_count", "inbox_processing_count", "inbox_failed_count",
-    "inbox_group_blocked_seconds",
+    "inbox_group_blocked_seconds", "inbox_review_count", "inbox_unknown_count",
 )  # fmt: skip
 
 

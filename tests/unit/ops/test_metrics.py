@@ -297,7 +297,7 @@ def test_gauges_export_known_label_sets_at_zero_with_an_empty_table(
             assert _value(registry, name, queue="mail", priority=priority) == 0.0
     for name in (
         "inbox_waiting_count", "inbox_processing_count", "inbox_failed_count",
-        "inbox_group_blocked_seconds",
+        "inbox_group_blocked_seconds", "inbox_review_count", "inbox_unknown_count",
     ):  # fmt: skip
         assert _value(registry, name, consumer="billing") == 0.0
 

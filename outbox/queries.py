@@ -140,11 +140,11 @@ def take_numbers(dialect: Dialect, counters: Table) -> Any:
 
     The upsert keeps the counter row locked until the caller's transaction ends: producers
     of one key wait for each other, other keys do not, and a rollback undoes the increment.
-    Parameters: ``sequence_key``, ``count``.
+    Parameters: ``key``, ``count``.
     """
     count = bindparam("count", type_=BigInteger())
     stmt = dialect.upsert(counters, ["sequence_key"], {"last": counters.c["last"] + count}).values(
-        sequence_key=bindparam("sequence_key"), last=count
+        sequence_key=bindparam("key"), last=count
     )
     if dialect.returning:
         stmt = stmt.returning(counters.c["last"])
@@ -155,17 +155,17 @@ def take_numbers(dialect: Dialect, counters: Table) -> Any:
 def last_number(counters: Table) -> Select[Any]:
     """The counter of ``sequence_key`` as this transaction left it (it holds the row's lock,
     and a transaction always reads its own writes)."""
-    return select(counters.c["last"]).where(counters.c.sequence_key == bindparam("sequence_key"))
+    return select(counters.c["last"]).where(counters.c.sequence_key == bindparam("key"))
 
 
 @lru_cache(maxsize=32)
 def give_back_numbers(counters: Table) -> Update:
     """Undo ``take_numbers`` for a batch that was refused after it took them (duplicate
     event id), while this transaction still holds the row: the key keeps no gap.
-    Parameters: ``sequence_key``, ``count``."""
+    Parameters: ``key``, ``count``."""
     return (
         update(counters)
-        .where(counters.c.sequence_key == bindparam("sequence_key"))
+        .where(counters.c.sequence_key == bindparam("key"))
         .values(last=counters.c["last"] - bindparam("count", type_=BigInteger()))
     )
 

@@ -47,12 +47,12 @@ def number(
 def give_back(conn: Connection, counters: Table, taken: dict[str, int]) -> None:
     """Undo ``number`` in the same transaction, for a batch refused after it was numbered."""
     for key, count in taken.items():
-        conn.execute(queries.give_back_numbers(counters), {"sequence_key": key, "count": count})
+        conn.execute(queries.give_back_numbers(counters), {"key": key, "count": count})
 
 
 def _take(conn: Connection, dialect: Dialect, counters: Table, key: str, count: int) -> int:
     """The key's counter after adding ``count``: the last of the numbers now ours."""
-    parameters = {"sequence_key": key, "count": count}
+    parameters = {"key": key, "count": count}
     result = conn.execute(queries.take_numbers(dialect, counters), parameters)
     if dialect.returning:
         return int(result.scalar_one())

@@ -16,6 +16,7 @@ from sqlalchemy.dialects import mysql
 
 from outbox import states
 from outbox.dialect import Dialect
+from outbox.queries import message_columns
 
 # --- ingest ---------------------------------------------------------------------------------
 
@@ -50,18 +51,7 @@ def pending_outbox(
     """Committed due pending rows of our queues, most urgent first, locked for us."""
     o = outbox.c
     stmt = (
-        select(
-            o.id,
-            o.event_id,
-            o.queue,
-            o.priority,
-            o.serial_group,
-            o.key,
-            o.type,
-            o.payload,
-            o.headers,
-            o.occurred_at,
-        )
+        select(*message_columns(outbox))
         .where(o.status == states.PENDING, o.queue.in_(list(queues)), o.available_at <= now)
         .order_by(o.priority, o.id)
         .limit(limit)

@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     DateTime,
     Integer,
@@ -27,11 +28,12 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    update,
 )
 from sqlalchemy.dialects import mysql, postgresql
-from sqlalchemy.sql.dml import Delete
+from sqlalchemy.sql.dml import Delete, Update
 
-from outbox.dialect import POSTGRESQL, SQLITE
+from outbox.dialect import POSTGRESQL, SQLITE, Dialect
 
 # Statements are built once per table and reused: SQLAlchemy then finds their compiled form
 # in its cache. A ``values([...])`` statement built per call is compiled per call (~0.5 ms).
@@ -39,6 +41,7 @@ from outbox.dialect import POSTGRESQL, SQLITE
 _COLUMNS = (
     "event_id", "queue", "priority", "serial_group", "key", "type", "payload", "headers",
     "occurred_at", "available_at", "status", "attempts",
+    "effect_key", "sequence_key", "sequence", "schema_version",
 )  # fmt: skip
 
 
@@ -54,6 +57,7 @@ def insert_postgresql(table: Table, channel: str) -> Select[Any]:
         "event_id": postgresql.UUID(as_uuid=True),
         "priority": SmallInteger(),
         "attempts": Integer(),
+        "sequence": BigInteger(),
         "occurred_at": DateTime(timezone=True),
         "available_at": DateTime(timezone=True),
     }
@@ -76,7 +80,7 @@ def insert_postgresql(table: Table, channel: str) -> Select[Any]:
 def insert_postgresql_one(table: Table, channel: str) -> Select[Any]:
     """``insert_postgresql`` for a single row, with scalar parameters.
 
-    Dumping twelve one-element arrays costs psycopg more than the round trip itself, and
+    Dumping sixteen one-element arrays costs psycopg more than the round trip itself, and
     ``store()`` of one message is the common call.
     """
     inserted = (
@@ -123,3 +127,54 @@ def existing_event_ids(table: Table, event_ids: Sequence[UUID]) -> Select[Any]:
 def delete_events(table: Table, event_ids: Sequence[UUID]) -> Delete:
     """Undo the rows a refused ``store_many()`` inserted (still uncommitted, seen by no one)."""
     return delete(table).where(table.c.event_id.in_(list(event_ids)))
+
+
+# --- sequence numbers -------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=32)
+def take_numbers(dialect: Dialect, counters: Table) -> Any:
+    """Reserve ``count`` numbers of ``sequence_key``: ``last`` grows by ``count``, and a key
+    seen for the first time starts at ``count``. The new ``last`` comes back where the
+    dialect has RETURNING (elsewhere read it with ``last_number``).
+
+    The upsert keeps the counter row locked until the caller's transaction ends: producers
+    of one key wait for each other, other keys do not, and a rollback undoes the increment.
+    Parameters: ``key``, ``count``.
+    """
+    count = bindparam("count", type_=BigInteger())
+    stmt = dialect.upsert(counters, ["sequence_key"], {"last": counters.c["last"] + count}).values(
+        sequence_key=bindparam("key"), last=count
+    )
+    if dialect.returning:
+        stmt = stmt.returning(counters.c["last"])
+    return stmt
+
+
+@lru_cache(maxsize=32)
+def last_number(counters: Table) -> Select[Any]:
+    """The counter of ``sequence_key`` as this transaction left it (it holds the row's lock,
+    and a transaction always reads its own writes)."""
+    return select(counters.c["last"]).where(counters.c.sequence_key == bindparam("key"))
+
+
+@lru_cache(maxsize=32)
+def give_back_numbers(counters: Table) -> Update:
+    """Undo ``take_numbers`` for a batch that was refused after it took them (duplicate
+    event id), while this transaction still holds the row: the key keeps no gap.
+    Parameters: ``key``, ``count``."""
+    return (
+        update(counters)
+        .where(counters.c.sequence_key == bindparam("key"))
+        .values(last=counters.c["last"] - bindparam("count", type_=BigInteger()))
+    )
+
+
+def message_columns(table: Table) -> list[Any]:
+    """The outbox columns ``outbox.wire.envelope_from_row`` reads: what every reader of
+    outbox rows that builds messages (the relay, the database source) selects."""
+    c = table.c
+    return [
+        c.id, c.event_id, c.queue, c.priority, c.serial_group, c.key, c.type, c.payload,
+        c.headers, c.occurred_at, c.effect_key, c.sequence_key, c.sequence, c.schema_version,
+    ]  # fmt: skip

@@ -13,13 +13,13 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Table
 from sqlalchemy.orm import Session
 
-from outbox import queries, states, validation
+from outbox import queries, sequences, states, validation
 from outbox.clock import utcnow
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
-from outbox.dialect import dialect_of
+from outbox.dialect import Dialect, dialect_of
 from outbox.errors import DuplicateEventError, ValidationError
 from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, Serializer, serialize
@@ -38,6 +38,10 @@ class Message:
     headers: Mapping[str, str] | None = None
     event_id: UUID | str | None = None
     delay: timedelta | float | None = None
+    effect_key: str | None = None
+    sequence_key: str | None = None
+    sequence: int | None = None
+    schema_version: str | None = None
 
 
 def store(
@@ -52,6 +56,10 @@ def store(
     headers: Mapping[str, str] | None = None,
     event_id: UUID | str | None = None,
     delay: timedelta | float | None = None,
+    effect_key: str | None = None,
+    sequence_key: str | None = None,
+    sequence: int | None = None,
+    schema_version: str | None = None,
     config: OutboxConfig = DEFAULT_CONFIG,
     serializer: Serializer = DEFAULT_SERIALIZER,
 ) -> UUID:
@@ -61,11 +69,35 @@ def store(
     processing at a time per consumer, in (priority, id) order. ``key``: publish-order and
     partition key, defaults to ``serial_group``. ``delay``: publish no earlier than now + delay.
 
+    The message contract (each at most 255 characters, no surrounding whitespace):
+    ``effect_key``: the effect that must happen at most once per consumer, whatever the
+    event ids. ``sequence_key``: the object whose changes apply in order; ``sequence``: this
+    change's number (1 .. 2**63-1). Without ``sequence``, the next number of the key is
+    assigned in the caller's transaction, gap-free among committed messages: the key's
+    counter row stays locked until the transaction ends, so producers of one key wait for
+    each other (keep such transactions short; one transaction numbering several keys in
+    different orders than another can deadlock) and a rollback gives the number back.
+    ``schema_version``: the payload's schema, checked by the consumer's handler.
+
     Raises ``outbox.errors.ValidationError`` (naming the field) before writing anything, and
     ``DuplicateEventError`` when ``event_id`` exists; the transaction stays usable either way.
     """
     conn = _connection(conn_or_session)
-    message = Message(queue, type, payload, priority, serial_group, key, headers, event_id, delay)
+    message = Message(
+        queue,
+        type,
+        payload,
+        priority=priority,
+        serial_group=serial_group,
+        key=key,
+        headers=headers,
+        event_id=event_id,
+        delay=delay,
+        effect_key=effect_key,
+        sequence_key=sequence_key,
+        sequence=sequence,
+        schema_version=schema_version,
+    )
     row = _row(message, config, serializer, utcnow())
     return _insert(conn, [row], config)[0]
 
@@ -80,7 +112,8 @@ def store_many(
     """Store several messages with one statement; all of them or none.
 
     Each item is a ``Message`` or a mapping with ``store()``'s argument names. A bad item
-    raises ``ValidationError`` naming its index and field; nothing is written.
+    raises ``ValidationError`` naming its index and field; nothing is written. Messages of
+    one ``sequence_key`` without a ``sequence`` get consecutive numbers in their order.
     """
     conn = _connection(conn_or_session)
     now = utcnow()
@@ -100,8 +133,27 @@ def store_many(
 
 def _insert(conn: Connection, rows: list[dict[str, Any]], config: OutboxConfig) -> list[UUID]:
     event_ids: list[UUID] = [r["event_id"] for r in rows]
-    table = schema_for(config).outbox
+    schema = schema_for(config)
+    table = schema.outbox
     dialect = dialect_of(conn)
+    taken = sequences.number(conn, dialect, schema.outbox_sequences, rows)
+    try:
+        _insert_rows(conn, dialect, table, rows, config)
+    except DuplicateEventError:
+        sequences.give_back(conn, schema.outbox_sequences, taken)
+        raise
+    return event_ids
+
+
+def _insert_rows(
+    conn: Connection,
+    dialect: Dialect,
+    table: Table,
+    rows: list[dict[str, Any]],
+    config: OutboxConfig,
+) -> None:
+    """Insert the rows; refuses them all (``DuplicateEventError``) if one event id exists."""
+    event_ids: list[UUID] = [r["event_id"] for r in rows]
     if dialect.notifies:
         if len(rows) == 1:
             statement = queries.insert_postgresql_one(table, config.notify_channel)
@@ -127,7 +179,6 @@ def _insert(conn: Connection, rows: list[dict[str, Any]], config: OutboxConfig) 
         if inserted:
             conn.execute(queries.delete_events(table, list(inserted)))
         raise DuplicateEventError(duplicates)
-    return event_ids
 
 
 def _connection(conn_or_session: Connection | Session) -> Connection:
@@ -156,6 +207,10 @@ def _row(
     headers = validation.check_headers(message.headers)
     event_id = validation.check_event_id(message.event_id)
     available_at = validation.check_delay(message.delay, now)
+    effect_key = validation.check_contract_name("effect_key", message.effect_key)
+    sequence_key = validation.check_contract_name("sequence_key", message.sequence_key)
+    sequence = validation.check_sequence(message.sequence, sequence_key)
+    schema_version = validation.check_contract_name("schema_version", message.schema_version)
     payload = serialize("payload", message.payload, serializer)
     validation.check_payload_size(payload, config)
     return {
@@ -171,6 +226,11 @@ def _row(
         "available_at": available_at,
         "status": states.PENDING,
         "attempts": 0,
+        "effect_key": effect_key,
+        "sequence_key": sequence_key,
+        # None until ``sequences.number`` assigns the key's next number.
+        "sequence": sequence,
+        "schema_version": schema_version,
     }
 
 

@@ -21,6 +21,8 @@ MAX_NAME_LENGTH = 255
 MAX_QUEUE_LENGTH = 249 - 7
 # RabbitMQ refuses to declare queues (and exchanges) named ``amq.*`` (403 ACCESS_REFUSED).
 _RESERVED_PREFIXES = ("amq.",)
+# The sequence column is a signed BIGINT; 0 is the consumer's "nothing applied yet".
+MAX_SEQUENCE = 2**63 - 1
 
 
 def check_queue(queue: Any) -> str:
@@ -67,6 +69,38 @@ def check_optional_name(field: str, value: Any, limit: int) -> str | None:
     if len(value) > limit:
         raise ValidationError(field, f"is {len(value)} characters long; the limit is {limit}")
     return value
+
+
+def check_contract_name(field: str, value: Any) -> str | None:
+    """``effect_key``, ``sequence_key``, ``schema_version``: None or a trimmed name.
+
+    Surrounding whitespace is refused, not stripped: MariaDB/MySQL compare with PAD SPACE,
+    so "a" and "a " would be one key there and two on PostgreSQL and SQLite.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValidationError(field, "must be a non-empty string or None")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValidationError(
+            field, f"is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
+    if value != value.strip():
+        raise ValidationError(field, f"{value!r} has leading or trailing whitespace")
+    return value
+
+
+def check_sequence(sequence: Any, sequence_key: str | None) -> int | None:
+    """An explicit number of ``sequence_key``; None lets ``store()`` assign the next one."""
+    if sequence is None:
+        return None
+    if isinstance(sequence, bool) or not isinstance(sequence, int):
+        raise ValidationError("sequence", f"must be an integer, got {type(sequence).__name__}")
+    if not 1 <= sequence <= MAX_SEQUENCE:
+        raise ValidationError("sequence", f"{sequence} is outside 1..{MAX_SEQUENCE}")
+    if sequence_key is None:
+        raise ValidationError("sequence", "given without a sequence_key (a number of what?)")
+    return sequence
 
 
 def check_event_id(event_id: Any) -> UUID:

@@ -7,6 +7,7 @@ prefix). A consumer in any language needs only a JSON parser and these header na
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,12 +27,18 @@ H_SERIAL_GROUP = "outbox-serial-group"
 H_KEY = "outbox-key"
 H_OUTBOX_ID = "outbox-id"
 H_OCCURRED_AT = "outbox-occurred-at"
-H_SCHEMA_VERSION = "outbox-schema-version"
+H_SCHEMA_VERSION = "outbox-schema-version"  # the envelope format's own version
+# The message contract, each sent only when the message has it.
+H_EFFECT_KEY = "outbox-effect-key"
+H_SEQUENCE_KEY = "outbox-sequence-key"
+H_SEQUENCE = "outbox-sequence"
+H_PAYLOAD_SCHEMA = "outbox-payload-schema"  # the payload's schema (store's schema_version)
 CONTENT_TYPE = "application/json"
 
 MAX_NAME = 255  # the inbox's type / queue / serial_group columns
 _SMALLINT = (-32768, 32767)  # the priority column
-_BIGINT_MAX = 2**63 - 1  # the seq (outbox id) column
+_BIGINT_MAX = 2**63 - 1  # the seq (outbox id) and sequence columns
+_DIGITS = re.compile(r"[0-9]+")
 
 REQUIRED = (H_EVENT_ID, H_TYPE, H_QUEUE, H_PRIORITY, H_OUTBOX_ID, H_OCCURRED_AT, H_SCHEMA_VERSION)
 
@@ -65,7 +72,10 @@ class Envelope:
     schema_version: str | None = None
 
     def wire_headers(self) -> dict[str, str]:
-        headers = dict(self.headers)
+        # An application header under our prefix (a row written by hand: store() refuses
+        # them) is dropped, not sent: the receiver would read it as ours, e.g. a sequence
+        # number this message does not have.
+        headers = {k: v for k, v in self.headers.items() if not is_reserved(k)}
         headers.update(
             {
                 H_EVENT_ID: str(self.event_id),
@@ -81,6 +91,13 @@ class Envelope:
             headers[H_SERIAL_GROUP] = self.serial_group
         if self.key is not None:
             headers[H_KEY] = self.key
+        optional = (
+            (H_EFFECT_KEY, self.effect_key),
+            (H_SEQUENCE_KEY, self.sequence_key),
+            (H_SEQUENCE, None if self.sequence is None else str(self.sequence)),
+            (H_PAYLOAD_SCHEMA, self.schema_version),
+        )
+        headers.update({name: value for name, value in optional if value is not None})
         return headers
 
     def wire_body(self) -> bytes:
@@ -92,6 +109,12 @@ class Envelope:
             return decode(self.body)
         except ValueError as exc:
             raise MalformedMessageError("body", f"not valid JSON: {exc}") from exc
+
+
+def is_reserved(header: str) -> bool:
+    """Is ``header`` under our prefix (any case)? Those names are the envelope's, never the
+    application's."""
+    return header.lower().startswith(PREFIX)
 
 
 def row_headers(row: Any) -> dict[str, str]:
@@ -121,6 +144,10 @@ def envelope_from_row(row: Any) -> Envelope:
         serial_group=row.serial_group,
         key=row.key,
         headers=row_headers(row),
+        effect_key=row.effect_key,
+        sequence_key=row.sequence_key,
+        sequence=row.sequence,
+        schema_version=row.schema_version,
     )
 
 
@@ -162,6 +189,7 @@ def from_wire(raw_headers: Mapping[str, Any] | None, body: bytes | str | None) -
             raise MalformedMessageError(
                 name, f"is {len(value)} characters long; expected 1..{MAX_NAME}"
             )
+    contract = _contract(headers)
     priority = _int(H_PRIORITY, headers[H_PRIORITY], *_SMALLINT)
     outbox_id = _int(H_OUTBOX_ID, headers[H_OUTBOX_ID], 0, _BIGINT_MAX)
     try:
@@ -186,10 +214,46 @@ def from_wire(raw_headers: Mapping[str, Any] | None, body: bytes | str | None) -
         body=text,
         serial_group=headers.get(H_SERIAL_GROUP),
         key=headers.get(H_KEY),
-        headers={k: v for k, v in headers.items() if not k.startswith(PREFIX)},
+        headers={k: v for k, v in headers.items() if not is_reserved(k)},
+        **contract,
     )
     envelope.payload()  # refuse bad JSON at the door, with the field named
     return envelope
+
+
+def _contract(headers: Mapping[str, str]) -> dict[str, Any]:
+    """The message contract's headers, checked as ``store()`` checks its arguments."""
+    names = {
+        "effect_key": H_EFFECT_KEY,
+        "sequence_key": H_SEQUENCE_KEY,
+        "schema_version": H_PAYLOAD_SCHEMA,
+    }
+    contract: dict[str, Any] = {}
+    for attribute, name in names.items():
+        value = headers.get(name)
+        if value is not None:
+            if not 0 < len(value) <= MAX_NAME:
+                raise MalformedMessageError(
+                    name, f"is {len(value)} characters long; expected 1..{MAX_NAME}"
+                )
+            if value != value.strip():
+                raise MalformedMessageError(name, "has leading or trailing whitespace")
+        contract[attribute] = value
+    text = headers.get(H_SEQUENCE)
+    if text is None:
+        if contract["sequence_key"] is not None:
+            raise MalformedMessageError(
+                H_SEQUENCE, f"header missing (required with {H_SEQUENCE_KEY})"
+            )
+        contract["sequence"] = None
+        return contract
+    if contract["sequence_key"] is None:
+        raise MalformedMessageError(H_SEQUENCE, f"given without {H_SEQUENCE_KEY}")
+    # Digits only: int() would also take "+7", " 7", "7_000" and other scripts' digits.
+    if not _DIGITS.fullmatch(text):
+        raise MalformedMessageError(H_SEQUENCE, f"{text[:50]!r} is not an integer")
+    contract["sequence"] = _int(H_SEQUENCE, text, 1, _BIGINT_MAX)
+    return contract
 
 
 def _int(name: str, value: str, low: int, high: int) -> int:

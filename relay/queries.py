@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.dml import Update
 
 from outbox import states
+from outbox.queries import message_columns
 
 
 def fetch_due(
@@ -99,20 +100,8 @@ def fetch_followers(
 
 
 def _columns(table: Table) -> list[Any]:
-    return [
-        table.c.id,
-        table.c.event_id,
-        table.c.queue,
-        table.c.priority,
-        table.c.serial_group,
-        table.c.key,
-        table.c.type,
-        table.c.payload,
-        table.c.headers,
-        table.c.occurred_at,
-        table.c.available_at,
-        table.c.attempts,
-    ]
+    # What the message is built from, plus what the relay's bookkeeping reads.
+    return [*message_columns(table), table.c.available_at, table.c.attempts]
 
 
 def mark_sent(table: Table, row_ids: Sequence[int], now: datetime) -> Update:

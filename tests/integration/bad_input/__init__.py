@@ -24,7 +24,14 @@ non-UUID event_id                      BAD "event_id not uuid", "event_id int";
                                        ``test_uuid_event_id_accepted_as_string``
 duplicate event_id in the outbox       outbox/test_store.py ``test_duplicate_event_id_raises_
                                        and_keeps_transaction_usable``
-bad headers (not str -> str, reserved) BAD "headers not str", "reserved header"
+bad headers (not str -> str, reserved) BAD "headers not str", "reserved header", "reserved
+                                       contract header"
+effect_key / sequence_key /            BAD "effect_key ...", "sequence_key ...", "schema_version
+schema_version: empty, not str, over   ..." (empty, not str, over 255, surrounding whitespace);
+255, surrounding whitespace            ``test_contract_limits_are_accepted``
+sequence: not int, bool, < 1, over     BAD "sequence ..."; in a batch:
+2**63-1, without a sequence_key        ``test_store_many_refuses_a_bad_contract_field_and_
+                                       takes_no_number`` (no counter row written either)
 store_many: index of the bad message   ``test_store_many_names_the_index_and_writes_nothing``
 =====================================  =========================================================
 
@@ -81,6 +88,10 @@ handler raising                        same worker test ("flaky": retried to max
 oversized names / out-of-range numbers bad_input/test_consumer_bad_input.py ``test_oversized_
 (type, queue, group > 255; priority >  names_and_out_of_range_numbers_fail_alone`` [FAILS: bug,
 SMALLINT; outbox id > BIGINT)          the whole queue stalls behind the message]
+malformed contract headers (sequence   unit/outbox/test_wire_contract.py ``test_malformed_
+not an integer, out of range, without  contract_headers_name_the_header`` (MalformedMessageError
+its key or key without it; keys over   naming the header: the source turns it into a failed
+255 or padded)                         inbox row with that reason, as for the headers above)
 names are parameters, never SQL text   security/test_names.py (quotes, ``;``, ``%s``, unicode,
                                        255 chars: verbatim via RabbitMQ, Kafka, database source)
 =====================================  =========================================================

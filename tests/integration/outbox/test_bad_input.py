@@ -12,6 +12,7 @@ from sqlalchemy import Engine, func, select
 
 import outbox
 from outbox.errors import PayloadError, PayloadTooLargeError, ValidationError
+from outbox.schema import outbox_sequences_table
 
 ot = outbox.outbox_table
 
@@ -40,6 +41,28 @@ BAD: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("negative delay", {"delay": -1}, ValidationError, "delay"),
     ("headers not str", {"headers": {"a": 1}}, ValidationError, "headers"),
     ("reserved header", {"headers": {"outbox-event-id": "x"}}, ValidationError, "headers"),
+    ("reserved contract header", {"headers": {"Outbox-Sequence": "3"}}, ValidationError, "headers"),
+    ("effect_key empty", {"effect_key": ""}, ValidationError, "effect_key"),
+    ("effect_key not str", {"effect_key": 17}, ValidationError, "effect_key"),
+    ("effect_key too long", {"effect_key": "e" * 256}, ValidationError, "effect_key"),
+    ("effect_key padded", {"effect_key": "invoice-1 "}, ValidationError, "effect_key"),
+    ("effect_key leading space", {"effect_key": " invoice-1"}, ValidationError, "effect_key"),
+    ("sequence_key empty", {"sequence_key": ""}, ValidationError, "sequence_key"),
+    ("sequence_key not str", {"sequence_key": b"k"}, ValidationError, "sequence_key"),
+    ("sequence_key too long", {"sequence_key": "s" * 256}, ValidationError, "sequence_key"),
+    ("sequence_key padded", {"sequence_key": "acct\t"}, ValidationError, "sequence_key"),
+    ("sequence_key blank", {"sequence_key": " "}, ValidationError, "sequence_key"),
+    ("schema_version empty", {"schema_version": ""}, ValidationError, "schema_version"),
+    ("schema_version int", {"schema_version": 2}, ValidationError, "schema_version"),
+    ("schema_version too long", {"schema_version": "v" * 256}, ValidationError, "schema_version"),
+    ("schema_version padded", {"schema_version": "v2\n"}, ValidationError, "schema_version"),
+    ("sequence without key", {"sequence": 1}, ValidationError, "sequence"),
+    ("sequence zero", {"sequence_key": "k", "sequence": 0}, ValidationError, "sequence"),
+    ("sequence negative", {"sequence_key": "k", "sequence": -5}, ValidationError, "sequence"),
+    ("sequence over bigint", {"sequence_key": "k", "sequence": 2**63}, ValidationError, "sequence"),
+    ("sequence bool", {"sequence_key": "k", "sequence": True}, ValidationError, "sequence"),
+    ("sequence str", {"sequence_key": "k", "sequence": "3"}, ValidationError, "sequence"),
+    ("sequence float", {"sequence_key": "k", "sequence": 3.0}, ValidationError, "sequence"),
 ]
 
 
@@ -63,6 +86,43 @@ def test_bad_input_is_refused_with_the_field_named(
         _call(conn)
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(ot)).scalar_one() == 1
+        # ... and no sequence number was taken for the refused message
+        counters = select(func.count()).select_from(outbox_sequences_table)
+        assert conn.execute(counters).scalar_one() == 0
+
+
+def test_contract_limits_are_accepted(engine: Engine) -> None:
+    with engine.begin() as conn:
+        _call(
+            conn,
+            effect_key="e" * 255,
+            sequence_key="s" * 255,
+            sequence=2**63 - 1,
+            schema_version="v" * 255,
+        )
+        _call(conn, sequence_key="inner space ok", sequence=1, effect_key="a b")
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(ot)).scalar_one() == 2
+
+
+def test_store_many_refuses_a_bad_contract_field_and_takes_no_number(engine: Engine) -> None:
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError) as raised:
+            outbox.store_many(
+                conn,
+                [
+                    outbox.Message("q", "t", 1, sequence_key="k"),
+                    {"queue": "q", "type": "t", "payload": 2, "sequence": 4},
+                ],
+            )
+        assert raised.value.field == "messages[1].sequence"
+        with pytest.raises(ValidationError) as raised:
+            outbox.store_many(conn, [outbox.Message("q", "t", 1, effect_key=" e")])
+        assert raised.value.field == "messages[0].effect_key"
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(ot)).scalar_one() == 0
+        counters = select(func.count()).select_from(outbox_sequences_table)
+        assert conn.execute(counters).scalar_one() == 0
 
 
 def test_store_many_names_the_index_and_writes_nothing(engine: Engine) -> None:

@@ -46,6 +46,10 @@ def envelope(
     serial_group: str | None = None,
     headers: dict[str, str] | None = None,
     type: str = "thing.happened",
+    effect_key: str | None = None,
+    sequence_key: str | None = None,
+    sequence: int | None = None,
+    schema_version: str | None = None,
 ) -> Envelope:
     return Envelope(
         event_id=uuid.uuid4(),
@@ -58,6 +62,10 @@ def envelope(
         serial_group=serial_group,
         key=key,
         headers=headers or {},
+        effect_key=effect_key,
+        sequence_key=sequence_key,
+        sequence=sequence,
+        schema_version=schema_version,
     )
 
 

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from outbox.transport import BrokerUnavailable
-from outbox.wire import from_wire, routing_name
+from outbox.wire import (
+    H_EFFECT_KEY,
+    H_PAYLOAD_SCHEMA,
+    H_SEQUENCE,
+    H_SEQUENCE_KEY,
+    from_wire,
+    routing_name,
+)
 from tests.integration.relay.publishers_fixtures import (
     CASES,
     BrokerCase,
@@ -20,6 +27,8 @@ from tests.integration.relay.publishers_fixtures import (
     outgoing,
     unique,
 )
+
+CONTRACT_HEADERS = {H_EFFECT_KEY, H_SEQUENCE_KEY, H_SEQUENCE, H_PAYLOAD_SCHEMA}
 
 
 @pytest.fixture(params=sorted(CASES))
@@ -30,10 +39,20 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerCase]
 
 
 def test_publish_confirm_and_headers_round_trip(case: BrokerCase) -> None:
-    # Given a batch with every optional field used, and one without any
+    # Given a batch with every optional field used (the message contract too), and one
+    # without any
     queue = unique("contract-")
     sent = [
-        envelope(queue, key="order-7", serial_group="order-7", headers={"trace": "abc"}),
+        envelope(
+            queue,
+            key="order-7",
+            serial_group="order-7",
+            headers={"trace": "abc"},
+            effect_key="order-7:confirmation mail",
+            sequence_key="order-7",
+            sequence=2**63 - 1,
+            schema_version="2021-03",
+        ),
         envelope(queue, body='{"text": "h\\u00e9llo \\u2603", "n": [1, 2.5, null]}'),
         envelope(queue, key="k\u00e9y", headers={"x-app": "v1", "tenant": "t-1"}),
         envelope(queue, body='"' + "p" * 1024 + '"', serial_group="g"),
@@ -55,7 +74,15 @@ def test_publish_confirm_and_headers_round_trip(case: BrokerCase) -> None:
         got = by_event[str(e.event_id)]
         assert got.headers == e.wire_headers()
         assert got.body == e.wire_body()
-        assert from_wire(got.headers, got.body) == e
+        parsed = from_wire(got.headers, got.body)
+        assert parsed == e
+        contract = (parsed.effect_key, parsed.sequence_key, parsed.sequence, parsed.schema_version)
+        if e.effect_key is None:
+            assert not set(got.headers) & CONTRACT_HEADERS  # sent only when set
+            assert contract == (None, None, None, None)
+        else:
+            assert contract == ("order-7:confirmation mail", "order-7", 2**63 - 1, "2021-03")
+            assert got.headers[H_SEQUENCE] == str(2**63 - 1)
         if case.name == "kafka":
             assert got.key == e.key
 

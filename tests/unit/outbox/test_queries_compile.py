@@ -7,12 +7,15 @@ from uuid import uuid4
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from outbox import outbox_table, queries
+from outbox.dialect import MYSQL, POSTGRESQL, SQLITE
+from outbox.schema import outbox_sequences_table
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ROW = {
     "event_id": uuid4(), "queue": "q", "priority": 1, "serial_group": None, "key": None,
     "type": "t", "payload": "{}", "headers": "{}", "occurred_at": NOW, "available_at": NOW,
     "status": "pending", "attempts": 0,
+    "effect_key": None, "sequence_key": None, "sequence": None, "schema_version": None,
 }  # fmt: skip
 
 
@@ -61,3 +64,28 @@ def test_helpers_compile_everywhere() -> None:
         sql = " ".join(str(compiled).split())
         assert sql.startswith("DELETE FROM outbox WHERE outbox.event_id IN"), sql
         assert "store_conflicts" not in sql
+
+
+def test_counter_upsert_increments_on_every_dialect() -> None:
+    counters = outbox_sequences_table
+    cases = [
+        (POSTGRESQL, postgresql.dialect(), "ON CONFLICT (sequence_key) DO UPDATE SET", True),
+        (SQLITE, sqlite.dialect(), "ON CONFLICT (sequence_key) DO UPDATE SET", True),
+        (MYSQL, mysql.dialect(), "ON DUPLICATE KEY UPDATE", False),
+    ]
+    for seam, dialect, upsert, returning in cases:
+        statement = queries.take_numbers(seam, counters)
+        sql = " ".join(str(statement.compile(dialect=dialect)).split())
+        assert upsert in sql, sql
+        # last = last + count, never last = count: the counter only grows
+        assert "outbox_sequences.last +" in sql, sql
+        assert ("RETURNING" in sql) is returning, sql
+        assert queries.take_numbers(seam, counters) is statement  # built once
+    sql = str(queries.last_number(counters).compile(dialect=mysql.dialect()))
+    assert "FROM outbox_sequences WHERE outbox_sequences.sequence_key =" in " ".join(sql.split())
+
+
+def test_message_columns_carry_the_contract() -> None:
+    names = [c.name for c in queries.message_columns(outbox_table)]
+    for name in ("effect_key", "sequence_key", "sequence", "schema_version"):
+        assert name in names

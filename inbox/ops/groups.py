@@ -82,6 +82,14 @@ def explain(
             f"`outbox inbox unblock {group} --consumer {consumer} --reason ...` lets the group go "
             "on without it",
         )
+    held = next((h for h in holders if h.state in states.MANUAL_STATES), None)
+    if held is not None:
+        return (
+            held,
+            f"held by message {held.id} in {held.state} (the message contract)",
+            f"`outbox inbox review --show {held.id}` says why and what to check; "
+            f"`outbox inbox resolve {held.id} --applied | --not-applied | --skip --reason ...`",
+        )
     if holders:
         running = holders[0]
         why = f"head is processing since {_at(running.claimed_at)}"

@@ -39,7 +39,7 @@ DEAD_STATES = (states.FAILED, states.HALTED)
 IN_LINE_STATES = (states.READY, states.WAITING, states.RETRY)
 # A group is listed by ``groups`` when one of its rows is in one of these states: ``ready``
 # too, since a ready row nobody claims (no worker running) holds its group as surely.
-STUCK_STATES = (states.READY, states.WAITING, states.HALTED, states.RETRY)
+STUCK_STATES = (states.READY, states.WAITING, states.RETRY, *states.GROUP_HOLDING_STATES)
 
 
 # ---- failed --------------------------------------------------------------------------------
@@ -259,14 +259,15 @@ def _row_columns(t: Table) -> tuple[Any, ...]:
 
 
 def group_holder(t: Table, consumer: str, group: str) -> Select[Any]:
-    """The group's halted or processing row(s): what excludes everyone else."""
+    """The group's holding (halted, review, unknown) or processing row(s): what excludes
+    everyone else."""
     c = t.c
     return (
         select(*_row_columns(t))
         .where(
             c.consumer == consumer,
             c.serial_group == group,
-            c.state.in_((states.HALTED, states.PROCESSING)),
+            c.state.in_((*states.GROUP_HOLDING_STATES, states.PROCESSING)),
         )
         .order_by(c.id)
         .limit(2)

@@ -275,8 +275,7 @@ def _apply(
     if row.effect_key is not None:
         held_before = _owner(conn, schema, row)
         if mode == APPLIED:
-            # Whose the key is after the insert, not the insert's rowcount: psycopg reports
-            # -1 for INSERT ... ON CONFLICT DO NOTHING.
+            # Whose the key is after the insert says whether this decision recorded it.
             stmt = qc.record_effect(
                 dialect, schema.effects, consumer, str(row.effect_key), row.event_id, now
             )

@@ -320,3 +320,15 @@ def test_bad_input_is_refused_and_writes_nothing(engine: Engine, dsn: str) -> No
     again = inbox(dsn, "resolve", unknown, "--not-applied", "--reason", "r")
     assert again.exit_code == 1 and f"row {unknown} is done, not review or unknown" in again.stderr
     assert len(audits(engine)) == 1
+
+
+def test_groups_names_a_group_held_for_review(engine: Engine, dsn: str) -> None:
+    with engine.begin() as conn:
+        held = contract_row(conn, state=states.UNKNOWN, group="order-9", reason="effect-unknown")
+        contract_row(conn, state=states.WAITING, group="order-9", seq=2)
+
+    found = {g["group"]: g for g in out_json(inbox(dsn, "groups", "--json"))}
+
+    assert found["order-9"]["head"]["id"] == held
+    assert found["order-9"]["why"] == f"held by message {held} in unknown (the message contract)"
+    assert f"resolve {held}" in found["order-9"]["hint"]

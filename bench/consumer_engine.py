@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.consumer_engine                         # the table below
     .venv/bin/python -m bench.consumer_engine --messages 20000 --sizes 1,10,50,100
+    .venv/bin/python -m bench.consumer_engine --contract --sizes 1,50     # docs/contract.md
 
 For each (batch size, isolation, groups) on PostgreSQL: store the messages, take them all
 into the inbox with the database source (its rate: rows/s), then claim and run them one
@@ -10,6 +11,11 @@ timing the claim passes and the batch transactions apart (us per message) and th
 one thread's rate. A no-op handler; ``--fail-every K`` makes every K-th message fail once
 (the cost of a raising handler in each isolation mode). Each case has a database of its own
 (outbox_bench_engine_*), ANALYZEd after the store, dropped at the end.
+
+``--contract``: the message contract's cost instead, at one priority, no groups, "rerun":
+plain messages, then each with an effect key of its own (one ledger insert), then each
+with a sequence key numbered by the producer (``--keys`` keys: one conditional advance and
+one successor check), then both.
 """
 
 from __future__ import annotations
@@ -60,14 +66,24 @@ def consumer(fail_every: int) -> Consumer:
     return made
 
 
+# --contract cases: the fields every message carries.
+CONTRACTS = ("none", "effect key", "sequence key", "both")
+
+
 def measure(
-    messages: int, size: int, isolation: Isolation, groups: int, fail_every: int
+    messages: int,
+    size: int,
+    isolation: Isolation,
+    groups: int,
+    fail_every: int,
+    contract: str | None = None,
+    keys: int = 250,
 ) -> Measured:
     url = create_database("postgresql", "engine")
     engine = make_engine(url)
     try:
         migrate.upgrade(engine)
-        _store(engine, messages, groups)
+        _store(engine, messages, groups, contract, keys)
         cons = consumer(fail_every)
         ingest = InboxIngest(cons, engine)
         source = DatabaseSource(engine, [QUEUE])
@@ -103,14 +119,20 @@ def measure(
         drop_database("postgresql", url)
 
 
-def _store(engine: Engine, messages: int, groups: int) -> None:
+def _store(engine: Engine, messages: int, groups: int, contract: str | None, keys: int) -> None:
+    effect = contract in ("effect key", "both")
+    sequence = contract in ("sequence key", "both")
     rows = [
         Message(
             queue=QUEUE,
             type="noop",
             payload={"n": n},
-            priority=1 + (n * 7) % 9,
+            # One priority in the contract cases: numbers are given in store order, and a
+            # priority order would defer most of them (a gap), which is not the case measured.
+            priority=1 if contract is not None else 1 + (n * 7) % 9,
             serial_group=f"group-{n % groups}" if groups else None,
+            effect_key=f"effect-{n}" if effect else None,
+            sequence_key=f"key-{n % keys}" if sequence else None,
         )
         for n in range(messages)
     ]
@@ -127,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sizes", default="1,10,50,100", help="batch sizes, comma-separated")
     parser.add_argument("--groups", type=int, default=250, help="groups of the grouped case")
     parser.add_argument("--fail-every", type=int, default=0, help="every K-th fails once")
+    parser.add_argument(
+        "--contract", action="store_true", help="the message contract's cost (see above)"
+    )
+    parser.add_argument("--keys", type=int, default=250, help="sequence keys of --contract")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"$ python -m bench.consumer_engine {' '.join(sys.argv[1:])}".rstrip())
@@ -134,6 +160,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{'case':44} {'ingest rows/s':>13} {'claim us/msg':>12} {'run us/msg':>10} "
         f"{'msgs/s, 1 thread':>16}"
     )
+    if args.contract:
+        for size in sizes:
+            for contract in CONTRACTS:
+                label = f"N={size} rerun, {contract}"
+                if contract in ("sequence key", "both"):
+                    label += f" ({args.keys} keys)"
+                print(f"[{time.strftime('%H:%M:%S')}] {label}", file=sys.stderr)
+                m = measure(args.messages, size, "rerun", 0, 0, contract, args.keys)
+                print(
+                    f"{label:44} {m.ingest:13,.0f} {m.claim_us:12,.0f} {m.run_us:10,.0f} "
+                    f"{m.rate:16,.0f}",
+                    flush=True,
+                )
+        return
     for groups in (0, args.groups):
         for size in sizes:
             for isolation in ISOLATIONS:

@@ -191,7 +191,7 @@ def test_an_unknown_effect_holds_its_key_and_group_until_resolved(
         )  # fmt: skip
         assert resolved.returncode == 0, resolved.stderr
         assert json.loads(resolved.stdout)
-        finished(3)  # pay (resolved), ship, bill
+        finished(4)  # other, pay (resolved), ship, bill
     assert _applied(bed) == ["other", "ship", "bill"]
     with bed.engine.connect() as conn:
         last = conn.execute(

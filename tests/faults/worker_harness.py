@@ -163,11 +163,16 @@ class FaultBed:
         self.workers.remove(worker)
 
     def starts(self, mark: str) -> list[Any]:
-        """Recorded starts of the job ``mark`` (pid, attempt, at)."""
+        """Recorded starts of the job ``mark`` (pid, attempt, at), in the order they were
+        recorded. The ORDER BY is needed: without it PostgreSQL once returned the re-run's start
+        first (several processes insert at once, each can fill a different page, so the
+        table's physical order is not the insert order) and the test read it as the first."""
         with self.bed.recorder.connect() as conn:
             return list(
                 conn.execute(
-                    select(events).where(events.c.mark == mark, events.c.kind == "start")
+                    select(events)
+                    .where(events.c.mark == mark, events.c.kind == "start")
+                    .order_by(events.c.id)
                 ).all()
             )
 

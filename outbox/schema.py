@@ -142,8 +142,17 @@ def _inbox_table(metadata: MetaData, name: str) -> Table:
         # Retention (prune) and finished-work gauges.
         Index(f"ix_{name}_finished", "state", "finished_at"),
         # A sequence key's rows by number: the successor freed by an applied change, the
-        # predecessor a gap waits for.
-        Index(f"ix_{name}_sequence", "consumer", "sequence_key", "sequence"),
+        # predecessor a gap waits for. Partial where the database can (rows without a key
+        # are not in it): every claim and finish updates an inbox row's indexed state, and a
+        # fifth full index made grouped claims a third slower (bench.consumer_engine).
+        Index(
+            f"ix_{name}_sequence",
+            "consumer",
+            "sequence_key",
+            "sequence",
+            postgresql_where=text("sequence_key IS NOT NULL"),
+            sqlite_where=text("sequence_key IS NOT NULL"),
+        ),
     )
 
 

@@ -6,7 +6,8 @@ Create Date: 2026-12-02
 
 New nullable columns on the outbox (``effect_key``, ``sequence_key``, ``sequence``,
 ``schema_version``) and the inbox (the same four, plus ``reason`` and ``next_check`` of the
-manual route), an index of the inbox by (consumer, sequence key, number), and three tables:
+manual route), an index of the inbox by (consumer, sequence key, number) (partial on
+PostgreSQL and SQLite: only rows with a key), and three tables:
 the producer's counter per sequence key, the consumer's last applied number per key, and
 the effect ledger. Rows in flight at upgrade time keep their state: every new column is
 NULL for them, which is a message without the contract (what they were).
@@ -57,7 +58,14 @@ def upgrade() -> None:
         op.add_column(inbox, column)
     op.add_column(inbox, sa.Column("reason", sa.String(32), nullable=True))
     op.add_column(inbox, sa.Column("next_check", sa.Text(), nullable=True))
-    op.create_index(f"ix_{inbox}_sequence", inbox, ["consumer", "sequence_key", "sequence"])
+    keyed = sa.text("sequence_key IS NOT NULL")  # partial where the database can
+    op.create_index(
+        f"ix_{inbox}_sequence",
+        inbox,
+        ["consumer", "sequence_key", "sequence"],
+        postgresql_where=keyed,
+        sqlite_where=keyed,
+    )
     op.create_table(
         f"{outbox}_sequences",
         sa.Column("sequence_key", _name(), primary_key=True),

@@ -6,6 +6,7 @@ limit: a process that is alive and waiting, as a stuck one would be."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -47,7 +48,9 @@ def test_sigusr1_prints_the_stacks_and_the_process_goes_on(command: str) -> None
     text = err.decode()
     # Exit 0 at its time limit: the signal neither killed it nor stopped it.
     assert process.returncode == 0, text
-    # Every thread: faulthandler names the interrupted one "Current thread" only when it
-    # dumps them all; the main thread is in our own code.
-    assert "Current thread 0x" in text and "(most recent call first):" in text, text
+    # Every thread's stack; the main thread is in our own code. faulthandler names the
+    # interrupted thread "Current thread" when it knows it; a signal that lands while a
+    # thread is being started (the stop-signal watcher, at start-up) is dumped with plain
+    # "Thread" headers: CI saw exactly that.
+    assert re.search(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", text), text
     assert "/outbox/" in text or "/inbox/" in text or "/relay/" in text, text

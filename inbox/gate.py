@@ -26,7 +26,6 @@ from inbox import contract
 from inbox import queries_contract as qc
 from inbox.part import ConsumerPart
 from outbox import states
-from outbox.schema import schema_for
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Gate:
     def __init__(self, part: ConsumerPart) -> None:
         self.part = part
         self.consumer = part.consumer
-        self.schema = schema_for(part.consumer.config)
+        self.schema = part.schema
 
     def refused_version(self, row: Any, now: datetime) -> Decided | None:
         accepted = self.consumer.versions_for(row.type)

@@ -21,7 +21,6 @@ from inbox.consumer import Consumer
 from inbox.part import ConsumerPart
 from outbox import states
 from outbox.clock import utcnow
-from outbox.schema import schema_for
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
 from outbox.transport import Rejected
 from outbox.wire import H_EVENT_ID, H_KEY, H_PRIORITY, H_QUEUE, H_TYPE, Envelope
@@ -48,7 +47,6 @@ class InboxIngest(ConsumerPart):
         self, consumer: Consumer, engine: Engine, clock: Callable[[], datetime] = utcnow
     ) -> None:
         super().__init__(consumer, engine, clock)
-        self.schema = schema_for(consumer.config)
         self.on_ingested: Callable[[IngestResult], None] | None = None
 
     def __call__(self, messages: Sequence[Envelope | Rejected]) -> None:

@@ -23,7 +23,7 @@ class ConsumerPart:
         self.consumer = consumer
         self.engine = engine
         self.clock = clock
-        schema = schema_for(consumer.config)
+        self.schema = schema = schema_for(consumer.config)
         self.inbox = schema.inbox
         self.outbox = schema.outbox
         self.groups = schema.groups

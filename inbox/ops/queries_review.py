@@ -22,7 +22,6 @@ RESOLVABLE_STATES: tuple[str, ...] = tuple(states.MANUAL_STATES)
 # What ``review --state`` may list: the manual states, and the two a sequence key produces
 # on its own (finished without effect; waiting for a predecessor).
 LISTABLE_STATES: tuple[str, ...] = (*RESOLVABLE_STATES, states.STALE, states.DEFERRED)
-SKIPPED_REASON = "skipped"
 
 
 def _listed(t: Table, wanted: Sequence[str], consumer: str | None) -> list[ColumnElement[bool]]:

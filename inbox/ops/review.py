@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, Row, Table, Update
 
+from inbox import contract
 from inbox import queries_contract as qc
 from inbox.consumer import Consumer
 from inbox.group_state import mark_groups
@@ -227,7 +228,7 @@ def resolve(
 def _row_update(t: Table, row_id: int, mode: str, now: datetime) -> Update:
     if mode == NOT_APPLIED:
         return qr.resolve_ready(t, row_id, now)
-    return qr.resolve_done(t, row_id, now, qr.SKIPPED_REASON if mode == SKIP else None)
+    return qr.resolve_done(t, row_id, now, contract.SKIPPED if mode == SKIP else None)
 
 
 def _moves_key(mode: str, row: Row[Any]) -> bool:

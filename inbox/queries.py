@@ -68,6 +68,25 @@ def claimable(table: Table, now: Moment, *, resumed: bool = False) -> ColumnElem
 DUE_STATES = (states.RETRY, states.DEFERRED)
 
 
+def candidate_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
+    """What a claimer reads of each candidate."""
+    t = table.c
+    return (t.id, t.serial_group, t.priority, t.seq, t.state)
+
+
+def candidate_conditions(table: Table, now: Any) -> tuple[ColumnElement[bool], ...]:
+    """One condition per claimable state, each read by its own ordered branch: ready rows,
+    due retries and deferred changes, expired claims. ``now`` is a value or a bind
+    parameter."""
+    t = table.c
+    return (
+        t.state == states.READY,
+        and_(t.state == states.RETRY, t.available_at <= now),
+        and_(t.state == states.DEFERRED, t.available_at <= now),
+        and_(t.state == states.PROCESSING, t.lease_until < now),
+    )
+
+
 def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select[Any]:
     """Rows to try to claim, most urgent first: ready rows, due retries, expired claims.
 
@@ -78,20 +97,13 @@ def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select
     when they become their group's head.
     """
     t = table.c
-    columns = (t.id, t.serial_group, t.priority, t.seq, t.state)
-    conditions = (
-        t.state == states.READY,
-        and_(t.state == states.RETRY, t.available_at <= now),
-        and_(t.state == states.DEFERRED, t.available_at <= now),
-        and_(t.state == states.PROCESSING, t.lease_until < now),
-    )
     branches = [
-        select(*columns)
+        select(*candidate_columns(table))
         .where(t.consumer == consumer, condition)
         .order_by(t.priority, t.seq)
         .limit(limit)
         .subquery(f"by_state_{index}")
-        for index, condition in enumerate(conditions)
+        for index, condition in enumerate(candidate_conditions(table, now))
     ]
     merged = union_all(*(select(branch) for branch in branches)).subquery("candidates")
     m = merged.c

@@ -33,7 +33,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from inbox.queries import DUE_STATES, _loaded, _ordering_states, claimable
+from inbox.queries import (
+    DUE_STATES,
+    _loaded,
+    _ordering_states,
+    candidate_columns,
+    candidate_conditions,
+    claimable,
+)
 from inbox.rules import SkipRetry
 from outbox import states
 from outbox.dialect import Dialect
@@ -53,17 +60,10 @@ def locked_candidates(table: Table, dialect: Dialect) -> Select[Any]:
     t = table.c
     now: BindParameter[Any] = bindparam("now")
     limit = bindparam("limit", type_=Integer)
-    columns = (t.id, t.serial_group, t.priority, t.seq, t.state)
-    conditions = (
-        t.state == states.READY,
-        and_(t.state == states.RETRY, t.available_at <= now),
-        and_(t.state == states.DEFERRED, t.available_at <= now),
-        and_(t.state == states.PROCESSING, t.lease_until < now),
-    )
     branches = []
-    for index, condition in enumerate(conditions):
+    for index, condition in enumerate(candidate_conditions(table, now)):
         branch = (
-            select(*columns)
+            select(*candidate_columns(table))
             .where(t.consumer == bindparam("consumer"), condition)
             .order_by(t.priority, t.seq)
             .limit(limit)

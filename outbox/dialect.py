@@ -60,6 +60,8 @@ class Dialect:
     where a capability is common, plain SQL where it is not."""
 
     family: ClassVar[str] = ""
+    # The SQLAlchemy driver name of the asyncio driver (``outbox-relay[asyncio]``).
+    async_driver: ClassVar[str] = ""
     #: ``INSERT/UPDATE ... RETURNING``: the changed rows come back in the same round trip.
     returning: ClassVar[bool] = True
     #: ``pg_notify`` / ``LISTEN``: idle processes wake on a commit instead of polling.
@@ -153,6 +155,7 @@ class Dialect:
 
 class PostgreSQL(Dialect):
     family = "postgresql"
+    async_driver = "postgresql+psycopg_async"
     notifies = True
     cheap_autocommit = True
     relaxed_commit = True
@@ -219,6 +222,9 @@ class MySQL(Dialect):
     """MariaDB and MySQL."""
 
     family = "mysql"
+    # aiomysql is PyMySQL's asyncio form: the same protocol code, error numbers and
+    # rowcounts as the sync driver this project uses.
+    async_driver = "mysql+aiomysql"
     returning = False
     gap_locks = True
     waiting_scan_deadlocks = True
@@ -281,6 +287,7 @@ class MySQL(Dialect):
 
 class SQLite(Dialect):
     family = "sqlite"
+    async_driver = "sqlite+aiosqlite"
     row_locks = False
 
     def insert(self, table: Table) -> Any:

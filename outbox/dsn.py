@@ -57,14 +57,19 @@ def make_engine(dsn: str | URL, **kwargs: Any) -> Engine:
     is locked" whatever the busy timeout.
     """
     url = dsn if isinstance(dsn, URL) else normalize(dsn)
-    if url.get_backend_name() == "sqlite":
-        engine = create_engine(url, **kwargs)
-        _sqlite_pragmas(engine)
-        return engine
     engine = create_engine(url, **kwargs)
-    if not kwargs.get("pool_pre_ping"):
-        _ping_idle_connections(engine)
+    prepare(engine, pre_ping=bool(kwargs.get("pool_pre_ping")))
     return engine
+
+
+def prepare(engine: Engine, *, pre_ping: bool = False) -> None:
+    """What every engine of our own processes gets: SQLite's pragmas and ``BEGIN
+    IMMEDIATE``, elsewhere a ping of idle connections (unless the pool pings each checkout).
+    An asyncio engine gets it on its ``sync_engine``."""
+    if engine.dialect.name == "sqlite":
+        _sqlite_pragmas(engine)
+    elif not pre_ping:
+        _ping_idle_connections(engine)
 
 
 # A connection checked in less than this ago is handed out without a ping.

@@ -62,3 +62,7 @@ class UnsupportedDatabaseError(OutboxError):
 
 class SchemaError(OutboxError):
     """The database schema is missing or not at the latest migration."""
+
+
+class MissingExtraError(OutboxError, ImportError):
+    """A feature's optional dependencies are not installed; the message names the extra."""

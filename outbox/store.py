@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.orm import Session
 
 from outbox import queries, sequences, states, validation
+from outbox.aio import is_async_bind
 from outbox.clock import utcnow
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.dialect import Dialect, dialect_of
@@ -187,6 +188,11 @@ def _connection(conn_or_session: Connection | Session) -> Connection:
         return conn_or_session.connection()
     if isinstance(conn_or_session, Connection):
         return conn_or_session
+    if is_async_bind(conn_or_session):
+        raise TypeError(
+            f"conn_or_session: got an asyncio {type(conn_or_session).__name__}; use "
+            "await outbox.store_async() / store_many_async() with it"
+        )
     raise TypeError(
         "conn_or_session: expected a SQLAlchemy Session or Connection, got "
         f"{type(conn_or_session).__name__}"

@@ -35,6 +35,7 @@ from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
 from inbox.gate import Decided, Gate
 from inbox.group_state import mark_groups
+from inbox.handler_calls import HandlerCalls
 from inbox.ingest import wake_payload
 from inbox.part import ConsumerPart
 from inbox.queries import DUE_STATES
@@ -106,6 +107,7 @@ class BatchRunner(ConsumerPart):
         self._thread = threading.local()  # .seconds: row id -> its handler's last run
         self._engine = self.dialect.read_committed(engine)
         self.gate = Gate(self)
+        self.calls = HandlerCalls(consumer, engine, self.dialect.read_committed)
 
     def run(self, claims: Sequence[Claim]) -> list[tuple[Claim, str]]:
         """Run every claim; returns (claim, outcome) in the order they finished: done,
@@ -157,7 +159,7 @@ class BatchRunner(ConsumerPart):
         deadlocks = 0
         while True:
             try:
-                with Session(self._engine) as session:
+                with self.calls.session() as session:
                     ran, decided, raised, rest = self._handlers(session, pending)
                     outcomes = self._finish(session, ran, failed + raised, gated + decided)
                     if outcomes is None:  # a claim was taken back: find it, run again
@@ -229,11 +231,11 @@ class BatchRunner(ConsumerPart):
                 with session.begin_nested():
                     decided = self.gate.before(session, row, now)
                     if decided is None:
-                        handler(session, message)
+                        self.calls.call(handler, session, message)
             else:
                 decided = self.gate.before(session, row, now)
                 if decided is None:
-                    handler(session, message)
+                    self.calls.call(handler, session, message)
                     session.flush()  # the handler's pending ORM writes fail here, as its own
         except Exception as exc:
             return Failed(claim, _describe(exc), self.consumer.is_permanent(exc), exc)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from sqlalchemy.orm import Session
@@ -16,6 +16,9 @@ from outbox import validation
 from outbox.backoff import Backoff
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.errors import ConfigError, ValidationError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,11 @@ class InboxMessage:
     schema_version: str | None = None
 
 
-Handler = Callable[[Session, InboxMessage], None]
+SyncHandler = Callable[[Session, InboxMessage], None]
+# ``async def handler(session: AsyncSession, message)``: the worker awaits it on an event
+# loop, in the same effect transaction (inbox/handler_calls.py).
+AsyncHandler = Callable[["AsyncSession", InboxMessage], Awaitable[None]]
+Handler = SyncHandler | AsyncHandler
 
 # Seconds a sent-but-not-received outbox row keeps its place in its group (broker sources).
 DEFAULT_DELIVERY_WINDOW = 3600.0
@@ -174,7 +181,9 @@ class Consumer:
     def handler(
         self, message_type: str, *, versions: Collection[str] | None = None
     ) -> Callable[[Handler], Handler]:
-        """Register ``handler(session, message)`` for ``message_type``. ``versions``: the
+        """Register ``handler(session, message)`` for ``message_type``: a function with a
+        ``Session``, or an ``async def`` with an ``AsyncSession`` (``outbox-relay[asyncio]``);
+        one consumer may have both. ``versions``: the
         payload schema versions it accepts (``store(schema_version=...)``); a message of
         another version, or of none, goes to review (reason ``unsupported-schema``) without
         running, never to retry. Default: any version."""
@@ -201,6 +210,10 @@ class Consumer:
     @property
     def types(self) -> frozenset[str]:
         return frozenset(self._handlers)
+
+    @property
+    def handlers(self) -> tuple[Handler, ...]:
+        return tuple(self._handlers.values())
 
     def is_permanent(self, error: BaseException) -> bool:
         return isinstance(error, self.permanent_errors)

@@ -21,9 +21,10 @@ from sqlalchemy.orm import Session
 
 from inbox import contract, queries, queries_finish, rules
 from inbox.claims import Claim, Claimer
-from inbox.consumer import Consumer, InboxMessage
+from inbox.consumer import Consumer, Handler, InboxMessage
 from inbox.gate import Decided, Gate
 from inbox.group_state import mark_groups
+from inbox.handler_calls import HandlerCalls
 from inbox.part import ConsumerPart
 from outbox import metrics, states
 from outbox.clock import utcnow
@@ -60,6 +61,7 @@ class Runner(ConsumerPart):
         super().__init__(consumer, engine, clock)
         self.claimer = claimer
         self.gate = Gate(self)
+        self.calls = HandlerCalls(consumer, engine)
         # On SQLite a beat may queue behind the handler's own write transaction: harmless,
         # nobody can take the claim back while that transaction holds the write lock.
         self.heartbeat = True
@@ -110,9 +112,7 @@ class Runner(ConsumerPart):
     def _count(self, row: Any, outcome: str) -> None:
         count_outcome(self.metrics, self.consumer.name, row, outcome, self.clock())
 
-    def _run_handler(
-        self, claim: Claim, handler: Callable[[Session, InboxMessage], None], row: Any
-    ) -> str:
+    def _run_handler(self, claim: Claim, handler: Handler, row: Any) -> str:
         msg = _message(row, claim.attempt)
         stop = threading.Event()
         beat = None
@@ -122,14 +122,14 @@ class Runner(ConsumerPart):
             )
             beat.start()
         try:
-            with Session(self.engine) as session:
+            with self.calls.session() as session:
                 try:
                     decided = self.gate.before(session, row, self.clock())
                     if decided is not None:
                         if decided.duplicate:
                             self.gate.after(session, row, self.clock())
                         return self._decided(claim, decided, session)
-                    handler(session, msg)
+                    self.calls.call(handler, session, msg)
                     self.gate.after(session, row, self.clock())
                     finished = session.execute(
                         queries_finish.finish_done(

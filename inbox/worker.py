@@ -99,6 +99,7 @@ class Worker:
             isolation=self.options.isolation,
             batch_seconds=self.options.batch_seconds,
         )
+        self.runner.calls.check()
         self.leases = LeaseKeeper(consumer, engine)
         self.inbox = self.claimer.inbox
         self.source_empty = False
@@ -234,6 +235,10 @@ class Worker:
                 self.last_busy = time.monotonic()
 
     def _handler_loop(self) -> None:
+        # With an async handler, on this thread's event loop (inbox/handler_calls.py).
+        self.runner.calls.run(self._claim_and_run)
+
+    def _claim_and_run(self) -> None:
         failures = 0
         # Groups this thread's last batch freed, and freed groups a pass could not decide yet
         # (their lock busy for a moment, the batch full), with the passes tried: their next

@@ -49,12 +49,17 @@ def async_url(dsn: str | URL) -> URL:
     return url.set(drivername=by_family(family).async_driver)
 
 
+def require_driver(dsn: str | URL) -> None:
+    """Raise ``MissingExtraError`` unless the asyncio driver of ``dsn`` can be loaded."""
+    require("greenlet")
+    require(_DRIVER_MODULES[async_url(dsn).drivername])
+
+
 def make_async_engine(dsn: str | URL, **kwargs: Any) -> AsyncEngine:
     """An asyncio engine for our own processes, prepared as ``dsn.make_engine`` prepares a
     sync one (SQLite's pragmas and ``BEGIN IMMEDIATE``, the idle-connection ping)."""
     url = async_url(dsn)
-    require("greenlet")
-    require(_DRIVER_MODULES[url.drivername])
+    require_driver(url)
     from sqlalchemy.ext.asyncio import create_async_engine
 
     engine = create_async_engine(url, **kwargs)

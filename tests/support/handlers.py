@@ -10,9 +10,11 @@ write lock.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import (
@@ -27,7 +29,9 @@ from sqlalchemy import (
     create_engine,
     insert,
 )
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import Insert
 
 from inbox import Consumer, EffectUnknown, InboxMessage
 from outbox.backoff import Backoff
@@ -118,24 +122,57 @@ consumer = Consumer(
 )
 
 
-@consumer.handler("job")
+def _steps(message: InboxMessage) -> Iterator[float]:
+    """The job's behaviour up to its effect, shared by the sync and the async handler: raises
+    as configured, yields the pauses to take (each handler sleeps in its own way)."""
+    payload = message.payload
+    if payload.get("permanent"):
+        raise PermanentProblem(f"{payload['mark']} cannot be done")
+    if payload.get("unknown"):
+        raise EffectUnknown(f"{payload['mark']}: no answer", check=f"look up {payload['mark']}")
+    if message.attempt <= int(payload.get("fail", 0)):
+        raise RuntimeError(f"{payload['mark']} failed on attempt {message.attempt}")
+    yield float(payload.get("sleep", 0.0))
+    _wait_for_file(payload.get("hold_until_file"))
+    if message.attempt == 1:
+        yield float(payload.get("sleep_first", 0.0))
+
+
+def _effect(message: InboxMessage) -> Insert:
+    return insert(effects).values(event_id=message.event_id, mark=message.payload["mark"])
+
+
 def job(session: Session, message: InboxMessage) -> None:
     """payload: mark, sleep (s), sleep_first (extra on attempt 1), fail (raise on attempts
     <= fail), permanent (bool), unknown (bool: raise EffectUnknown), hold_until_file (the test
     creates it to let the handler end)."""
-    payload = message.payload
     record(message, "start")
     try:
-        if payload.get("permanent"):
-            raise PermanentProblem(f"{payload['mark']} cannot be done")
-        if payload.get("unknown"):
-            raise EffectUnknown(f"{payload['mark']}: no answer", check=f"look up {payload['mark']}")
-        if message.attempt <= int(payload.get("fail", 0)):
-            raise RuntimeError(f"{payload['mark']} failed on attempt {message.attempt}")
-        time.sleep(float(payload.get("sleep", 0.0)))
-        _wait_for_file(payload.get("hold_until_file"))
-        if message.attempt == 1:
-            time.sleep(float(payload.get("sleep_first", 0.0)))
-        session.execute(insert(effects).values(event_id=message.event_id, mark=payload["mark"]))
+        for pause in _steps(message):
+            time.sleep(pause)
+        session.execute(_effect(message))
     finally:
         record(message, "end")
+
+
+async def async_job(session: AsyncSession, message: InboxMessage) -> None:
+    """``job`` as an async handler (OUTBOX_TEST_ASYNC=1): it awaits its pauses and its
+    effect on the worker's event loop. Appends its pid to OUTBOX_TEST_ASYNC_SEEN, so a test
+    knows the async handler is the one that ran."""
+    seen = os.environ.get("OUTBOX_TEST_ASYNC_SEEN")
+    if seen:
+        with open(seen, "a") as out:
+            out.write(f"{os.getpid()}\n")
+    record(message, "start")
+    try:
+        for pause in _steps(message):
+            await asyncio.sleep(pause)
+        await session.execute(_effect(message))
+    finally:
+        record(message, "end")
+
+
+if os.environ.get("OUTBOX_TEST_ASYNC") == "1":
+    consumer.handler("job")(async_job)
+else:
+    consumer.handler("job")(job)

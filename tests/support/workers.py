@@ -33,6 +33,8 @@ class Bed:
     engine: Engine
     recorder: Engine
     spawned: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # Settings every spawned worker gets unless the call gives its own (``{"async": 1}``).
+    defaults: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def create(cls, dsn: str, engine: Engine, tmp_path: Path) -> Bed:
@@ -50,7 +52,7 @@ class Bed:
         env = dict(os.environ)
         env["OUTBOX_TEST_RECORDER"] = self.recorder_dsn
         env["PYTHONPATH"] = str(ROOT)
-        for key, value in settings.items():
+        for key, value in (self.defaults | settings).items():
             env[f"OUTBOX_TEST_{key.upper()}"] = (
                 json.dumps(value) if isinstance(value, list) else str(value)
             )

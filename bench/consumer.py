@@ -35,6 +35,9 @@ says so) gets no N=1 run and the cell reads n/a.
 (f) jobs/s through the RabbitMQ and Kafka sources (one relay each; Kafka: tansu, in memory)
     next to the database source, ``--messages`` no-op messages in one commit, 2 workers.
     Goal: each broker source >= 0.5x the database source.
+(g) no-op jobs/s of an ``async def`` handler next to the same no-op as a sync handler, in the
+    same run, no groups, N=1 and the default N, on PostgreSQL and SQLite, ``--workers``
+    processes. Report: the cost of the event loop and the asyncio driver.
 
 Every part creates databases (outbox_bench_consumer_*), queues and topics (outbox_bench_*) of
 its own and drops them.
@@ -50,7 +53,7 @@ from collections.abc import Sequence
 
 from bench.consumer_support import Row, note
 
-PARTS = "abcdef"
+PARTS = "abcdefg"
 
 
 def print_table(rows: Sequence[Row], command: str) -> None:
@@ -67,14 +70,14 @@ def parse_parts(value: str) -> list[str]:
     parts = [p.strip() for p in value.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown part(s) {unknown}: choose from a..f or all")
+        raise argparse.ArgumentTypeError(f"unknown part(s) {unknown}: choose from a..g or all")
     return parts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "--part", type=parse_parts, default=list(PARTS), help="comma-separated a..f, or all"
+        "--part", type=parse_parts, default=list(PARTS), help="comma-separated a..g, or all"
     )
     parser.add_argument("--messages", type=int, default=20_000, help="(b, c, d, f) per case")
     parser.add_argument("--history", type=int, default=1_000_000, help="(a) done rows added")
@@ -123,6 +126,10 @@ def main() -> None:
         from bench.consumer_brokers import part_f
 
         rows += part_f(args.messages, args.workers, not args.no_rabbit, not args.no_kafka)
+    if "g" in parts:
+        from bench.consumer_parts import part_g
+
+        rows += part_g(args.messages, args.workers)
     note(f"all parts done in {time.monotonic() - started:.0f}s")
     print_table(rows, " ".join(["python -m bench.consumer", *sys.argv[1:]]))
 

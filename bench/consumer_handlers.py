@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from sqlalchemy import BigInteger, Column, Double, Integer, MetaData, String, Table, Uuid, insert
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
@@ -51,6 +52,16 @@ consumer = Consumer("bench", queues=[os.environ.get("BENCH_QUEUE", "bench")])
 @consumer.handler("noop")
 def noop(session: Session, message: InboxMessage) -> None:
     """Nothing: parts b, d and f measure the claim / finish machinery."""
+
+
+# The same no-op as an ``async def`` (part g), in a consumer of its own: one async handler
+# puts every handler of its consumer on the worker's event loop.
+async_consumer = Consumer("bench", queues=[os.environ.get("BENCH_QUEUE", "bench")])
+
+
+@async_consumer.handler("noop")
+async def async_noop(session: AsyncSession, message: InboxMessage) -> None:
+    """Nothing, awaited: part g compares it with ``noop``."""
 
 
 @consumer.handler("effect")

@@ -48,7 +48,13 @@ Floor = tuple[float, str] | None
 
 
 def run_ours(
-    dialect: str, messages: int, grouped: bool, workers: int, handler: str, batch: int | None
+    dialect: str,
+    messages: int,
+    grouped: bool,
+    workers: int,
+    handler: str,
+    batch: int | None,
+    target: str = "bench.consumer_handlers:consumer",
 ) -> Measured:
     url = create_database(dialect, "ours")
     engine = make_engine(url)
@@ -60,7 +66,8 @@ def run_ours(
         analyze(engine, dialect, "outbox")
         started = time.perf_counter()
         processes = [
-            spawn_ours(dsn_of(url), ["--poll-interval", "0.1"], batch=batch) for _ in range(workers)
+            spawn_ours(dsn_of(url), ["--poll-interval", "0.1"], batch=batch, handlers=target)
+            for _ in range(workers)
         ]
         try:
             done_sql = "SELECT count(*) FROM inbox WHERE state = 'done'"
@@ -250,4 +257,30 @@ def part_d(messages: int, workers: int, sqlite_workers: int) -> list[Row]:
         )
         rows.append((f"{head}, no groups", rate_text(plain), "(report)", "-"))
         rows.append(goal_row(f"{head}, {GROUPS:,} groups", grouped, plain, "ungrouped", None))
+    return rows
+
+
+ASYNC_TARGET = "bench.consumer_handlers:async_consumer"
+
+
+def part_g(
+    messages: int, workers: int, dialects: Sequence[str] = ("postgresql", "sqlite")
+) -> list[Row]:
+    """No-op jobs/s of an ``async def`` handler next to the sync one, same run, no groups,
+    at N=1 and the default N: what running handlers on an event loop costs."""
+    default = worker_batch_default()
+    rows: list[Row] = []
+    for dialect in dialects:
+        for batch, n_name in ((1, "N=1"), (None, f"N={default}" if default else "default N")):
+            head = f"(g) {dialect}, no-op, no groups, {workers} workers, {n_name}"
+            plain = attempt(
+                f"{head}, sync handler",
+                partial(run_ours, dialect, messages, False, workers, "noop", batch),
+            )
+            awaited = attempt(
+                f"{head}, async handler",
+                partial(run_ours, dialect, messages, False, workers, "noop", batch, ASYNC_TARGET),
+            )
+            rows.append((f"{head}, sync handler", rate_text(plain), "(report)", "-"))
+            rows.append(goal_row(f"{head}, async handler", awaited, plain, "sync", None))
     return rows

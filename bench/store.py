@@ -1,21 +1,25 @@
-"""Producer-side cost of the outbox (not a test): prints one table of ratios from one run.
+"""Producer-side cost of the outbox (not a test): prints two tables of ratios from one run.
 
     .venv/bin/python bench/store.py [--rounds 7] [--txns 300]
 
 (a) a domain transaction inserting one order row, without and with one ``store()``;
-(b) 100 messages in one transaction: ``store_many()`` once vs ``store()`` 100 times.
-Variants run interleaved, round by round, on the same database, and the table shows the
+(b) 100 messages in one transaction: ``store_many()`` once vs ``store()`` 100 times;
+(c) the transaction of (a) in an ``AsyncSession``, without and with one ``store_async()``,
+    beside (a)'s figures: what one call adds in each (``+store``, ``+store_async``) and
+    their ratio, the price of running ``store()`` through the asyncio bridge.
+Variants run interleaved, round by round, on the same database, and the tables show the
 median of the rounds: the machine is shared and noisy, ratios hold where absolute times drift.
-Goals: with/without <= 1.25; store_many >= 5x fewer seconds per message.
+Goals: with/without <= 1.25 (sync and asyncio); store_many >= 5x fewer seconds per message.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
 from sqlalchemy import (
@@ -29,9 +33,11 @@ from sqlalchemy import (
     create_engine,
     text,
 )
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 import outbox
 from outbox import migrate
+from outbox.aio import make_async_engine
 from outbox.dsn import make_engine
 
 TARGETS = {
@@ -85,7 +91,16 @@ def timed(fn: Callable[[], None], repeat: int) -> float:
     return (time.perf_counter() - start) / repeat
 
 
-def run(name: str, engine: Engine, rounds: int, txns: int) -> dict[str, float]:
+async def atimed(fn: Callable[[], Awaitable[None]], repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        await fn()
+    return (time.perf_counter() - start) / repeat
+
+
+def run(
+    name: str, engine: Engine, aengine: AsyncEngine, runner: asyncio.Runner, rounds: int, txns: int
+) -> dict[str, float]:
     def without() -> None:
         with engine.begin() as conn:
             conn.execute(orders.insert().values(customer="ACME", total=Decimal("10.00")))
@@ -106,12 +121,29 @@ def run(name: str, engine: Engine, rounds: int, txns: int) -> dict[str, float]:
             for m in batch:
                 outbox.store(conn, m.queue, m.type, m.payload)
 
-    results: dict[str, list[float]] = {"without": [], "with": [], "many": [], "singles": []}
+    async def async_without() -> None:
+        async with AsyncSession(aengine) as session, session.begin():
+            await session.execute(orders.insert().values(customer="ACME", total=Decimal("10.00")))
+
+    async def async_with() -> None:
+        async with AsyncSession(aengine) as session, session.begin():
+            await session.execute(orders.insert().values(customer="ACME", total=Decimal("10.00")))
+            await outbox.store_async(
+                session, "orders", "order.placed", PAYLOAD, serial_group="c-17"
+            )
+
+    results: dict[str, list[float]] = {
+        k: [] for k in ("without", "with", "async_without", "async_with", "many", "singles")
+    }
     for fn in (without, with_store, many, singles):  # warm up pools and statement caches
         fn()
+    for afn in (async_without, async_with):
+        runner.run(afn())
     for _ in range(rounds):
         results["without"].append(timed(without, txns))
         results["with"].append(timed(with_store, txns))
+        results["async_without"].append(runner.run(atimed(async_without, txns)))
+        results["async_with"].append(runner.run(atimed(async_with, txns)))
         results["many"].append(timed(many, max(1, txns // 30)) / 100)
         results["singles"].append(timed(singles, max(1, txns // 30)) / 100)
     return {k: statistics.median(v) for k, v in results.items()}
@@ -126,12 +158,16 @@ def main() -> None:
     parser.add_argument("--db", choices=sorted(TARGETS), action="append")
     args = parser.parse_args()
     rows = []
-    for name in args.db or sorted(TARGETS):
-        engine, db = bench_db(name, TARGETS[name])
-        try:
-            rows.append((name, run(name, engine, args.rounds, args.txns)))
-        finally:
-            drop_db(name, TARGETS[name], engine, db)
+    # One event loop for the whole run: an asyncio engine's connections belong to their loop.
+    with asyncio.Runner() as runner:
+        for name in args.db or sorted(TARGETS):
+            engine, db = bench_db(name, TARGETS[name])
+            aengine = make_async_engine(engine.url)
+            try:
+                rows.append((name, run(name, engine, aengine, runner, args.rounds, args.txns)))
+            finally:
+                runner.run(aengine.dispose())
+                drop_db(name, TARGETS[name], engine, db)
 
     print(f"outbox-relay bench/store.py  rounds={args.rounds} txns/round={args.txns} (medians)")
     header = (
@@ -147,6 +183,22 @@ def main() -> None:
             f"{name:<11}{r['without'] * 1e3:>8.3f}ms{r['with'] * 1e3:>8.3f}ms{ratio:>10.2f}"
             f"{'<=1.25':>7}{r['singles'] * 1e6:>10.1f}us{r['many'] * 1e6:>8.1f}us"
             f"{speedup:>9.1f}x{'>=5x':>7}"
+        )
+    print()
+    header = (
+        f"{'database':<11}{'async w/o':>11}{'async with':>12}{'with/w/o':>10}{'goal':>7}"
+        f"{'+store':>10}{'+store_async':>14}{'async/sync':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, r in rows:
+        ratio = r["async_with"] / r["async_without"]
+        added = r["with"] - r["without"]
+        added_async = r["async_with"] - r["async_without"]
+        print(
+            f"{name:<11}{r['async_without'] * 1e3:>9.3f}ms{r['async_with'] * 1e3:>10.3f}ms"
+            f"{ratio:>10.2f}{'<=1.25':>7}{added * 1e6:>8.1f}us{added_async * 1e6:>12.1f}us"
+            f"{added_async / added:>12.2f}"
         )
 
 

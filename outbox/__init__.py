@@ -1,7 +1,7 @@
 """outbox-relay: transactional outbox, relay to RabbitMQ/Kafka, inbox with exactly-once effect.
 
 Producer API: ``outbox.store(session_or_connection, queue, type, payload, ...)`` inside your own
-transaction. See README.md.
+transaction (``await outbox.store_async(...)`` with an asyncio session). See README.md.
 
 This package is the core: the producer API, the schema, the wire format, the interfaces a
 broker is used through (``outbox.transport``) and in-memory stand-ins for tests
@@ -14,6 +14,7 @@ from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.schema import Schema, inbox_table, metadata, outbox_table, schema_for
 from outbox.serialization import Serializer, StrictJSONSerializer
 from outbox.store import Message, store, store_many
+from outbox.store_async import store_async, store_many_async
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -28,5 +29,7 @@ __all__ = [
     "outbox_table",
     "schema_for",
     "store",
+    "store_async",
     "store_many",
+    "store_many_async",
 ]

@@ -120,8 +120,9 @@ def store_many(
     now = utcnow()
     rows = []
     for index, item in enumerate(messages):
+        message = _as_message(index, item)  # its errors already name the index
         try:
-            rows.append(_row(_as_message(index, item), config, serializer, now))
+            rows.append(_row(message, config, serializer, now))
         except ValidationError as exc:
             raise exc.within(f"messages[{index}]") from exc
     if not rows:

@@ -38,6 +38,10 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "`outbox worker MODULE:CONSUMER`: the module path is the operator's command-line "
         "argument, never message data; handlers are looked up by type in the Consumer registry"
     ),
+    ("outbox/aio.py", "require", "SEC003"): (
+        "checks that an optional dependency is installed: the module names are this package's "
+        "own constants (greenlet, the asyncio drivers), never message data"
+    ),
 }
 
 

@@ -133,8 +133,11 @@ def test_store_many_names_the_index_and_writes_nothing(engine: Engine) -> None:
                 [outbox.Message("q", "t", 1), outbox.Message("q", "t", 2, priority=99)],
             )
         assert raised.value.field == "messages[1].priority"
-        with pytest.raises(ValidationError, match=r"messages\[0\]: unknown field\(s\): colour"):
+        with pytest.raises(ValidationError, match=r"^messages\[0\]: unknown field\(s\): colour"):
             outbox.store_many(conn, [{"queue": "q", "type": "t", "payload": 1, "colour": 1}])
+        with pytest.raises(ValidationError) as raised:
+            outbox.store_many(conn, [outbox.Message("q", "t", 1), "not a message"])  # type: ignore[list-item]
+        assert raised.value.field == "messages[1]"
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(ot)).scalar_one() == 0
 

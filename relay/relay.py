@@ -37,6 +37,7 @@ from outbox.validation import check_queue
 from outbox.wire import Envelope, envelope_from_row
 from relay import queries
 from relay.key_order import chain, due_prefixes, waves
+from relay.pipeline import Prefetcher, open_batch
 from relay.sqlite_guard import SQLiteRelayLock
 from relay.wakeup import PgNotifyWaker, PollWaker, Waker
 
@@ -59,6 +60,9 @@ class RelaySettings:
     stop_when_idle: bool = False
     outage_cap_seconds: float = 30.0
     use_notify: bool = True
+    # PostgreSQL / MariaDB: while the broker confirms a full batch, fetch and lock the next
+    # one (relay/pipeline.py).
+    pipeline: bool = True
     config: OutboxConfig = DEFAULT_CONFIG
 
     def __post_init__(self) -> None:
@@ -119,6 +123,7 @@ class Relay:
             engine = make_engine(engine.url, isolation_level=READ_COMMITTED)
         self.engine = engine
         self.stats = RelayStats()
+        self._prefetcher = Prefetcher(lambda: open_batch(self.engine, self._fetch_locked))
         self._stopping = threading.Event()
         self._connected = False
 
@@ -150,7 +155,7 @@ class Relay:
                     break
                 waker.drain()
                 try:
-                    result = self.run_once()
+                    result = self.run_once(prefetch=s.pipeline)
                 except BrokerUnavailable as exc:
                     broker_failures += 1
                     self.stats.broker_errors += 1
@@ -175,6 +180,7 @@ class Relay:
             else:
                 self.stats.exit_reason = "stopped"
         finally:
+            self._prefetcher.close()
             waker.close()
             self.publisher.close()
             self._connected = False
@@ -182,9 +188,11 @@ class Relay:
                 guard.release()
         return self.stats
 
-    def run_once(self) -> BatchResult:
+    def run_once(self, *, prefetch: bool = False) -> BatchResult:
         """One batch: fetch, publish, record. Raises ``BrokerUnavailable`` or a SQLAlchemy error
-        after rolling back (attempts untouched)."""
+        after rolling back (attempts untouched). ``prefetch`` (``run()`` only, which rolls
+        back what is left open when it ends): after a full batch, the next one is fetched and
+        locked while this one is published, and the next call publishes it."""
         started = time.perf_counter()
         if not self._connected:
             self.publisher.connect()
@@ -192,7 +200,10 @@ class Relay:
             if self.stats.broker_errors:  # the operator sees when an outage ended
                 log.info("broker connected again (%d errors so far)", self.stats.broker_errors)
         try:
-            result = self._locked_batch() if self.dialect.row_locks else self._sqlite_batch()
+            if self.dialect.row_locks:
+                result = self._locked_batch(prefetch)
+            else:
+                result = self._sqlite_batch()
         except BrokerUnavailable:
             self._connected = False
             raise
@@ -217,16 +228,30 @@ class Relay:
 
     # -- one batch ----------------------------------------------------------------------------
 
-    def _locked_batch(self) -> BatchResult:
-        now = self.clock()
-        with self.engine.begin() as conn:
-            rows = self._fetch(conn, now, lock=True)
-            if not rows:
+    def _locked_batch(self, prefetch: bool) -> BatchResult:
+        batch = self._prefetcher.take() or open_batch(self.engine, self._fetch_locked)
+        try:
+            if not batch.rows:
+                batch.rollback()
                 return BatchResult()
-            if self.dialect.relaxed_commit:
-                conn.execute(queries.relaxed_commit())
-            outcome = self._publish(rows)
-            return self._record(conn, rows, outcome, self.clock())
+            if prefetch and len(batch.rows) >= self.settings.batch_size:
+                self._prefetcher.start()
+            outcome = self._publish(batch.rows)
+            result = self._record(batch.conn, batch.rows, outcome, self.clock())
+        except BaseException:
+            batch.rollback()
+            # The broker (or the database) failed: the batch opened ahead is given back too,
+            # unpublished, and the loop's pause applies to both.
+            self._prefetcher.drop()
+            raise
+        batch.commit()
+        return result
+
+    def _fetch_locked(self, conn: Connection) -> Sequence[Row[Any]]:
+        rows = self._fetch(conn, self.clock(), lock=True)
+        if rows and self.dialect.relaxed_commit:
+            conn.execute(queries.relaxed_commit())
+        return rows
 
     def _sqlite_batch(self) -> BatchResult:
         with self.engine.begin() as conn:

@@ -61,8 +61,8 @@ class RelaySettings:
     outage_cap_seconds: float = 30.0
     use_notify: bool = True
     # PostgreSQL / MariaDB: while the broker confirms a full batch, fetch and lock the next
-    # one (relay/pipeline.py).
-    pipeline: bool = True
+    # one (relay/pipeline.py). Off until a benchmark run chooses the default.
+    pipeline: bool = False
     config: OutboxConfig = DEFAULT_CONFIG
 
     def __post_init__(self) -> None:

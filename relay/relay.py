@@ -229,7 +229,14 @@ class Relay:
     # -- one batch ----------------------------------------------------------------------------
 
     def _locked_batch(self, prefetch: bool) -> BatchResult:
-        batch = self._prefetcher.take() or open_batch(self.engine, self._fetch_locked)
+        batch = self._prefetcher.take()
+        if batch is not None and not batch.rows:
+            # Fetched while the previous batch held its keys back: not a sign of idleness,
+            # now that it committed.
+            batch.rollback()
+            batch = None
+        if batch is None:
+            batch = open_batch(self.engine, self._fetch_locked)
         try:
             if not batch.rows:
                 batch.rollback()

@@ -62,8 +62,7 @@ class RecordingRelay(Relay):
 
     def _fetch_locked(self, conn: Connection) -> Sequence[Row[Any]]:
         rows = super()._fetch_locked(conn)
-        if rows:
-            self.fetched.append([row.id for row in rows])
+        self.fetched.append([row.id for row in rows])
         return rows
 
 
@@ -233,3 +232,26 @@ def test_a_relay_that_stops_rolls_back_the_batch_it_fetched_ahead(engine: Engine
     other = InMemoryPublisher()
     Relay(engine, other, RelaySettings(batch_size=BATCH, stop_when_idle=True)).run()
     assert len(other.envelopes) == 2 * BATCH
+
+
+def test_a_batch_fetched_ahead_empty_is_not_taken_for_idleness(engine: Engine) -> None:
+    # Given 20 keys of 2 rows: the first batch is their 20 heads, and the batch fetched ahead
+    # while they are in flight finds nothing (every second row waits behind its head)
+    store_rows(engine, [(f"k{n}", 2) for n in range(BATCH)])
+    publisher = PausingPublisher(hold=1)
+    relay = RecordingRelay(
+        engine, publisher, RelaySettings(pipeline=True, batch_size=BATCH, stop_when_idle=True)
+    )
+    thread = start(relay)
+    try:
+        assert publisher.holding.wait(DEADLINE)
+        wait_until(lambda: len(relay.fetched) >= 2, "the batch fetched ahead")
+        assert relay.fetched[1] == []
+    finally:
+        publisher.release.set()
+        thread.join(DEADLINE)
+    assert not thread.is_alive()
+    # Then the relay fetched again once the heads committed, instead of stopping as idle
+    assert len(publisher.envelopes) == 2 * BATCH
+    assert [len(batch) for batch in relay.fetched[2:4]] == [BATCH, 0]
+    assert locked_ids(engine) == set()

@@ -58,6 +58,8 @@ class HandlerCalls:
         self.prepare = prepare
         self._sync = prepare(engine)
         self._local = threading.local()
+        # handler -> is it async def: asked once per handler, not per message.
+        self._kinds: dict[Handler, bool] = {}
 
     @property
     def asynchronous(self) -> bool:
@@ -107,7 +109,10 @@ class HandlerCalls:
 
     def call(self, handler: Handler, session: Session, message: InboxMessage) -> None:
         """Run ``handler`` in the transaction of ``session``."""
-        if is_async(handler):
+        asynchronous = self._kinds.get(handler)
+        if asynchronous is None:
+            asynchronous = self._kinds[handler] = is_async(handler)
+        if asynchronous:
             async_session = session.info.get(_ASYNC_SESSION)
             if async_session is None:
                 raise RuntimeError(

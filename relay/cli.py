@@ -82,6 +82,11 @@ _RELAY_OPTIONS = option_stack(
         help="PostgreSQL: do not LISTEN for store() notifications; poll only.",
     ),
     env_option(
+        "--pipeline", "OUTBOX_PIPELINE", is_flag=True,
+        help="PostgreSQL/MariaDB: fetch and lock the next batch while the broker confirms "
+        "a full one (two batches in flight; per-key order kept).",
+    ),
+    env_option(
         "--fanout", "OUTBOX_RABBITMQ_FANOUT", is_flag=True,
         help="RabbitMQ: publish to a fan-out exchange per <queue>_<priority> (consumers bind).",
     ),
@@ -123,6 +128,7 @@ def relay(
     max_messages: int | None,
     stop_when_idle: bool,
     no_notify: bool,
+    pipeline: bool,
     fanout: bool,
     queue_arguments: str,
     kafka_partitions: int,
@@ -161,6 +167,7 @@ def relay(
             max_messages=max_messages,
             stop_when_idle=stop_when_idle,
             use_notify=not no_notify,
+            pipeline=pipeline,
             config=config,
         )
         engine = dsn_mod.make_engine(dsn)

@@ -1,4 +1,5 @@
-"""G10 with three relay processes: one key's messages reach the broker in id order."""
+"""G10 with three relay processes: one key's messages reach the broker in id order, with
+one batch in flight per relay and with the pipeline (two)."""
 
 from __future__ import annotations
 
@@ -23,16 +24,23 @@ TOTAL = 2000
 KEYS = [f"order-{i}" for i in range(12)]
 
 
+@pytest.mark.parametrize("pipeline", [(), ("--pipeline",)], ids=["one-batch", "pipeline"])
 @pytest.mark.parametrize("dialect", ["postgresql", "mariadb"], indirect=True)
 def test_three_relays_keep_per_key_order(
-    engine: Engine, dsn: str, rabbit_names: list[str], tmp_path: Path
+    engine: Engine, dsn: str, rabbit_names: list[str], tmp_path: Path, pipeline: tuple[str, ...]
 ) -> None:
     # Given three relays already running on one database
     queue = unique_queue()
     rabbit_names.append(f"{queue}_1")
     relays = [
         RelayProcess(
-            dsn, tmp_path / f"relay{i}.log", "--batch-size", "40", "--poll-interval", "0.05"
+            dsn,
+            tmp_path / f"relay{i}.log",
+            "--batch-size",
+            "40",
+            "--poll-interval",
+            "0.05",
+            *pipeline,
         )
         for i in range(3)
     ]

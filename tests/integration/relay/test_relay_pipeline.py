@@ -7,8 +7,8 @@ back untouched, and a relay that stops leaves nothing locked."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from outbox.schema import outbox_table
 from outbox.testing import InMemoryPublisher
 from outbox.transport import BrokerUnavailable, Outgoing
 from relay.relay import Relay, RelaySettings
+from tests.support.workers import wait_for
 
 pytestmark = [
     pytest.mark.db,
@@ -95,20 +96,19 @@ def locked_ids(engine: Engine) -> set[int]:
     return pending - free
 
 
-def wait_until(predicate: Callable[[], Any], what: str) -> Any:
-    give_up = time.monotonic() + DEADLINE
-    while time.monotonic() < give_up:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def start(relay: Relay) -> threading.Thread:
+@contextmanager
+def first_publish_held(relay: Relay, publisher: PausingPublisher) -> Iterator[None]:
+    """Run ``relay`` on a thread; the body runs while its held publish waits, and the relay
+    must have ended once the publish is released."""
     thread = threading.Thread(target=relay.run, daemon=True)
     thread.start()
-    return thread
+    try:
+        assert publisher.holding.wait(DEADLINE)
+        yield
+    finally:
+        publisher.release.set()
+        thread.join(DEADLINE)
+    assert not thread.is_alive()
 
 
 def statuses(engine: Engine) -> dict[int, tuple[str, int]]:
@@ -130,12 +130,10 @@ def test_the_next_batch_is_locked_while_this_one_is_confirmed_and_holds_no_key_o
     relay = RecordingRelay(
         engine, publisher, RelaySettings(pipeline=True, batch_size=BATCH, stop_when_idle=True)
     )
-    thread = start(relay)
-    try:
+    with first_publish_held(relay, publisher):
         # When the first batch waits for its confirms
-        assert publisher.holding.wait(DEADLINE)
         # Then the next batch is fetched meanwhile, and both hold their row locks
-        wait_until(lambda: len(relay.fetched) >= 2, "the batch fetched ahead")
+        wait_for(lambda: len(relay.fetched) >= 2, DEADLINE, "the batch fetched ahead")
         in_flight, ahead = set(relay.fetched[0]), set(relay.fetched[1])
         assert in_flight.isdisjoint(ahead)
         assert in_flight | ahead <= locked_ids(engine)
@@ -143,10 +141,6 @@ def test_the_next_batch_is_locked_while_this_one_is_confirmed_and_holds_no_key_o
         keys_in_flight = {keys[i] for i in in_flight} - {None}
         assert keys_in_flight, "the first batch should hold keyed rows"
         assert {keys[i] for i in ahead} & keys_in_flight == set()
-    finally:
-        publisher.release.set()
-        thread.join(DEADLINE)
-    assert not thread.is_alive()
     # And every row went out once, each key's rows in id order
     sent = [e.outbox_id for e in publisher.envelopes]
     assert sorted(sent) == sorted(keys)
@@ -176,16 +170,10 @@ def test_a_refusal_in_flight_still_holds_its_key_back_from_the_batch_ahead(
             backoff=Backoff.fixed(3600),
         ),
     )
-    thread = start(relay)
-    try:
-        assert publisher.holding.wait(DEADLINE)
-        wait_until(lambda: len(relay.fetched) >= 2, "the batch fetched ahead")
+    with first_publish_held(relay, publisher):
+        wait_for(lambda: len(relay.fetched) >= 2, DEADLINE, "the batch fetched ahead")
         assert hot[0] in relay.fetched[0]
         assert not set(relay.fetched[1]) & set(hot)
-    finally:
-        publisher.release.set()
-        thread.join(DEADLINE)
-    assert not thread.is_alive()
     # The refused head waits out its backoff; no batch fetched after it held a later row of
     # its key, and none of them was sent ahead of it
     found = statuses(engine)
@@ -200,26 +188,23 @@ def test_a_refusal_in_flight_still_holds_its_key_back_from_the_batch_ahead(
 def test_a_broker_failure_in_flight_gives_both_batches_back_untouched(engine: Engine) -> None:
     store_rows(engine, [(None, 3 * BATCH)])
     publisher = PausingPublisher(hold=1, fail=True)
-    relay = Relay(
+    relay = RecordingRelay(
         engine,
         publisher,
         RelaySettings(
             pipeline=True, batch_size=BATCH, stop_when_idle=True, outage_cap_seconds=0.05
         ),
     )
-    thread = start(relay)
-    try:
-        assert publisher.holding.wait(DEADLINE)
-        in_flight = set(publisher.calls[0])
-        wait_until(lambda: locked_ids(engine) - in_flight, "the next batch's locks")
+    with first_publish_held(relay, publisher):
+        # (waited for by the relay's own record: a locking probe of the test's could take
+        # the rows the fetch ahead is about to lock)
+        wait_for(lambda: len(relay.fetched) >= 2, DEADLINE, "the batch fetched ahead")
+        assert len(relay.fetched[1]) == BATCH
+        assert set(relay.fetched[1]).isdisjoint(relay.fetched[0])
         publisher.release.set()  # the held publish raises BrokerUnavailable now
         # Then the relay rolls back both batches: nothing sent, no attempt counted, and it
         # goes on (its next publish call is the second one)
-        wait_until(lambda: len(publisher.calls) >= 2, "the publish after the outage")
-    finally:
-        publisher.release.set()
-        thread.join(DEADLINE)
-    assert not thread.is_alive()
+        wait_for(lambda: len(publisher.calls) >= 2, DEADLINE, "the publish after the outage")
     assert relay.stats.broker_errors == 1
     found = statuses(engine)
     assert set(found.values()) == {(states.SENT, 0)}
@@ -250,15 +235,9 @@ def test_a_batch_fetched_ahead_empty_is_not_taken_for_idleness(engine: Engine) -
     relay = RecordingRelay(
         engine, publisher, RelaySettings(pipeline=True, batch_size=BATCH, stop_when_idle=True)
     )
-    thread = start(relay)
-    try:
-        assert publisher.holding.wait(DEADLINE)
-        wait_until(lambda: len(relay.fetched) >= 2, "the batch fetched ahead")
+    with first_publish_held(relay, publisher):
+        wait_for(lambda: len(relay.fetched) >= 2, DEADLINE, "the batch fetched ahead")
         assert relay.fetched[1] == []
-    finally:
-        publisher.release.set()
-        thread.join(DEADLINE)
-    assert not thread.is_alive()
     # Then the relay fetched again once the heads committed, instead of stopping as idle
     assert len(publisher.envelopes) == 2 * BATCH
     assert [len(batch) for batch in relay.fetched[2:4]] == [BATCH, 0]

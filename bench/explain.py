@@ -47,7 +47,7 @@ QUERIES: list[tuple[str, str, Callable[[], Any]]] = [
         "ix_outbox_relay walks pending rows already in (priority, id) order and stops at the "
         "LIMIT; the per-key NOT EXISTS is one seek on ix_outbox_key (queue, priority, key, "
         "status, id).",
-        lambda: relay_q.fetch_due(S.outbox, now=NOW, limit=100, queues=[], lock=True),
+        lambda: relay_q.fetch_due(S.outbox, limit=100, queues=(), lock=True).params(now=NOW),
     ),
     (
         "Worker: blocker of a grouped message (PROCESSING clause OR ahead in (priority, seq))",

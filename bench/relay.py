@@ -7,11 +7,15 @@ idempotence (Kafka) on every line:
 (a) raw publish rate with no database: pika waiting for each confirm (BlockingChannel
     confirm mode), pika with one confirm wait per 100 messages (our publisher, no database),
     confluent-kafka produce + flush;
-(b) relay draining a backlog of --rows rows on PostgreSQL, 1 and 2 relay processes, per
-    broker; rate = rows / (last sent_at - first sent_at), so process start-up is not counted;
+(b) the database's own limit: the relay's fetch and mark-sent statements in a loop on psycopg,
+    no broker (bench/relay_floor.py), with 1 and 2 connections;
+    relay draining a backlog of --rows rows on PostgreSQL, 1 and 2 relay processes, with and
+    without --pipeline, per broker; rate = rows / (last sent_at - first sent_at), so process
+    start-up is not counted; each line's fraction of min(raw broker, raw database loop);
 (c) commit -> broker-confirm latency (sent_at - the producer's commit time) at a steady
     500 messages/s, relay polling every 1 s, with LISTEN/NOTIFY and with polling only.
-Goals: one relay >= 0.7x the raw rate of its broker; with NOTIFY p50 <= 0.1 x poll.
+Goals: one relay >= 0.7x min(raw broker, raw database loop); two relays >= 1.6x one (Kafka);
+with NOTIFY p50 <= 0.1 x poll.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from sqlalchemy import Engine, create_engine, func, select, text, update
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.relay_floor import raw_database_loop  # noqa: E402
 from outbox import migrate, states  # noqa: E402
 from outbox.dsn import make_engine  # noqa: E402
 from outbox.schema import outbox_table  # noqa: E402
@@ -167,9 +172,13 @@ def reset(engine: Engine, queue: str) -> None:
         conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE outbox"))
 
 
-def drain(engine: Engine, dsn: str, broker: str, relays: int, rows: int, batch: int) -> float:
+def drain(
+    engine: Engine, dsn: str, broker: str, relays: int, rows: int, batch: int, pipeline: bool
+) -> float:
     cmd = [OUTBOX, "relay", "--dsn", dsn, "--broker", broker, "--stop-when-idle"]
     cmd += ["--batch-size", str(batch)]
+    if pipeline:
+        cmd.append("--pipeline")
     cmd += ["--log-level", "WARNING"]
     procs = [subprocess.Popen(cmd) for _ in range(relays)]
     deadline = time.monotonic() + 900
@@ -293,24 +302,46 @@ def main() -> None:
         queue = f"bench_{uuid.uuid4().hex[:8]}"
         print(f"(b) filling {rows} rows ...", flush=True)
         fill(engine, queue, rows)
+        floors: dict[int, float] = {}
+        for connections in (1, 2):
+            reset(engine, queue)
+            print(f"  raw database loop, {connections} connection(s) ...", flush=True)
+            floors[connections] = raw_database_loop(engine, rows, args.batch_size, connections)
+            table.append(
+                (
+                    f"raw database loop (fetch+mark, no broker), {connections} connection(s)",
+                    f"{floors[connections]:,.0f} rows/s",
+                    "",
+                )
+            )
         brokers = [("RabbitMQ", RABBIT, batched)]
         if kafka is not None:
             brokers.append(("Kafka", kafka.url, raw_k))
         for broker_name, url, raw in brokers:
+            one: dict[bool, float] = {}
             for relays in (1, 2):
-                reset(engine, queue)
-                print(f"  drain {broker_name}, {relays} relay(s) ...", flush=True)
-                rate = drain(engine, dsn, url, relays, rows, args.batch_size)
-                if broker_name == "RabbitMQ":
-                    delete_rabbit(f"{queue}_1")
-                goal = f"{rate / raw:.2f}x raw (goal >= 0.7x)" if relays == 1 else ""
-                table.append(
-                    (
-                        f"relay drain {rows:,} rows, {broker_name}, {relays} relay(s)",
-                        f"{rate:,.0f} msg/s",
-                        goal,
+                for pipeline in (False, True):
+                    reset(engine, queue)
+                    mode = "--pipeline" if pipeline else "no pipeline"
+                    print(f"  drain {broker_name}, {relays} relay(s), {mode} ...", flush=True)
+                    rate = drain(engine, dsn, url, relays, rows, args.batch_size, pipeline)
+                    if broker_name == "RabbitMQ":
+                        delete_rabbit(f"{queue}_1")
+                    limit = min(raw, floors[relays])
+                    which = "raw broker" if raw <= floors[relays] else "raw db"
+                    goal = f"{rate / limit:.2f}x min(raw) = {which}"
+                    if relays == 1:
+                        one[pipeline] = rate
+                        goal += " (goal >= 0.7x)"
+                    else:
+                        goal += f"; {rate / one[pipeline]:.2f}x one relay (goal >= 1.6x)"
+                    table.append(
+                        (
+                            f"relay drain {rows:,} rows, {broker_name}, {relays} relay(s), {mode}",
+                            f"{rate:,.0f} msg/s",
+                            goal,
+                        )
                     )
-                )
         for rate in (500.0, 20.0):
             print(f"(c) latency at {rate:g} msg/s ...", flush=True)
             for notify in (True, False):
@@ -333,7 +364,7 @@ def main() -> None:
     width = max(len(r[0]) for r in table)
     print()
     print(f"{'measure':<{width}}  {'result':<28}  vs goal")
-    print("-" * (width + 50))
+    print("-" * (width + 80))
     for what, result, goal in table:
         print(f"{what:<{width}}  {result:<28}  {goal}")
 

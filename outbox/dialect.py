@@ -81,6 +81,9 @@ class Dialect:
     waiting_scan_deadlocks: ClassVar[bool] = False
     #: Zone-aware timestamps (TIMESTAMPTZ); elsewhere naive UTC is stored.
     aware_datetimes: ClassVar[bool] = False
+    #: Array parameters (``= ANY(:ids)``): one statement text for any number of values,
+    #: where an ``IN`` list is expanded into one parameter per value on every call.
+    arrays: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<dialect {self.family}>"
@@ -160,6 +163,7 @@ class PostgreSQL(Dialect):
     cheap_autocommit = True
     relaxed_commit = True
     aware_datetimes = True
+    arrays = True
 
     def insert(self, table: Table) -> Any:
         return postgresql.insert(table)

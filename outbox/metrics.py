@@ -159,6 +159,15 @@ class Metrics:
         """One confirmed message: ``seconds`` from its store to the confirm."""
         self._delivery_lag.labels(queue, str(priority)).observe(max(seconds, 0.0))
 
+    def delivered(self, queue: str, priority: int, lags: Sequence[float]) -> None:
+        """``published`` and ``delivery_lag`` for the confirmed messages of one batch and
+        (queue, priority), with one label lookup each instead of two per message."""
+        labels = (queue, str(priority))
+        self._published.labels(*labels).inc(len(lags))
+        histogram = self._delivery_lag.labels(*labels)
+        for seconds in lags:
+            histogram.observe(max(seconds, 0.0))
+
     # ---- worker
 
     def processed(self, consumer: str, queue: str, priority: int, result: str) -> None:

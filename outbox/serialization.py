@@ -45,13 +45,18 @@ def _default(value: Any) -> Any:
     raise TypeError(f"object of type {type(value).__name__} is not JSON serialisable")
 
 
+# One encoder for every call: json.dumps with options builds a new one each time, which
+# costs the relay, which re-serialises every payload it publishes, more than the encoding.
+_STRICT = json.JSONEncoder(
+    default=_default, allow_nan=False, ensure_ascii=False, separators=(",", ":")
+)
+
+
 class StrictJSONSerializer:
     """The default serializer: compact, UTF-8, NaN refused, sorted keys off (order kept)."""
 
     def dumps(self, value: Any) -> str:
-        return json.dumps(
-            value, default=_default, allow_nan=False, ensure_ascii=False, separators=(",", ":")
-        )
+        return _STRICT.encode(value)
 
 
 DEFAULT_SERIALIZER: Serializer = StrictJSONSerializer()

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
     Select,
     Table,
     TextClause,
     and_,
+    any_,
+    bindparam,
     exists,
     func,
     literal,
@@ -24,15 +29,15 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Update
 
 from outbox import states
 from outbox.queries import message_columns
 
 
-def fetch_due(
-    table: Table, *, now: datetime, limit: int, queues: Sequence[str], lock: bool
-) -> Select[Any]:
+@lru_cache(maxsize=64)
+def fetch_due(table: Table, *, limit: int, queues: tuple[str, ...], lock: bool) -> Select[Any]:
     """Due pending rows, most urgent priority first, then id; of each key only its head.
 
     A keyed row qualifies only when no earlier row of the same (queue, priority, key) is still
@@ -40,6 +45,9 @@ def fetch_due(
     another relay's batch right now (it is still committed-pending), so either way it must go
     first (G10). Rows without a key are never held back. The probe is one seek on
     ``ix_<table>_key`` (queue, priority, key, status, id).
+
+    Built once per (table, limit, queues, lock): the relay runs it every batch, and building
+    a statement costs more than SQLAlchemy's cached compile. Parameter: ``now``.
     """
     earlier = table.alias("earlier")
     held_back = exists(
@@ -55,7 +63,7 @@ def fetch_due(
         select(*_columns(table))
         .where(
             table.c.status == states.PENDING,
-            table.c.available_at <= now,
+            table.c.available_at <= bindparam("now", type_=table.c.available_at.type),
             or_(table.c.key.is_(None), ~held_back),
         )
         .order_by(table.c.priority, table.c.id)
@@ -104,13 +112,24 @@ def _columns(table: Table) -> list[Any]:
     return [*message_columns(table), table.c.available_at, table.c.attempts]
 
 
-def mark_sent(table: Table, row_ids: Sequence[int], now: datetime) -> Update:
+@lru_cache(maxsize=32)
+def mark_sent(table: Table, *, arrays: bool) -> Update:
     """Confirmed by the broker. Conditional on ``pending``: a row an operator touched meanwhile
-    keeps the operator's state."""
+    keeps the operator's state. Parameters: ``ids``, ``now``.
+
+    ``arrays`` (PostgreSQL): the ids go as one array parameter (``id = ANY(:ids)``), so the
+    statement's text is the same for every batch size and nothing is expanded per call;
+    elsewhere an expanding ``IN``.
+    """
+    ids: ColumnElement[bool]
+    if arrays:
+        ids = table.c.id == any_(bindparam("ids", type_=postgresql.ARRAY(BigInteger())))
+    else:
+        ids = table.c.id.in_(bindparam("ids", expanding=True))
     return (
         update(table)
-        .where(table.c.id.in_(list(row_ids)), table.c.status == states.PENDING)
-        .values(status=states.SENT, sent_at=now)
+        .where(ids, table.c.status == states.PENDING)
+        .values(status=states.SENT, sent_at=bindparam("now", type_=table.c.sent_at.type))
     )
 
 

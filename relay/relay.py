@@ -273,10 +273,8 @@ class Relay:
         """The heads (one row per key, plus rows without key), then, while the batch has
         room, the rows queued behind those heads: a hot key still moves a batch at a time."""
         limit = self.settings.batch_size
-        stmt = queries.fetch_due(
-            self.table, now=now, limit=limit, queues=self.settings.queues, lock=lock
-        )
-        rows = list(conn.execute(stmt).all())
+        stmt = queries.fetch_due(self.table, limit=limit, queues=self.settings.queues, lock=lock)
+        rows = list(conn.execute(stmt, {"now": now}).all())
         heads = [(r.queue, r.priority, r.key, r.id) for r in rows if r.key is not None]
         if not heads or len(rows) >= limit:
             return rows
@@ -305,7 +303,7 @@ class Relay:
         for wave in waves(rows):
             batch: list[Outgoing] = []
             for row in wave:
-                if chain(row) in refused_chains:
+                if refused_chains and row.key is not None and chain(row) in refused_chains:
                     continue
                 try:
                     batch.append(Outgoing(row.id, envelope_of(row)))
@@ -331,12 +329,15 @@ class Relay:
         # this batch, so they stay pending, untouched, behind it.
         confirmed = [row for row in rows if row.id in outcome and outcome[row.id] is None]
         if confirmed:
-            conn.execute(queries.mark_sent(self.table, [row.id for row in confirmed], now))
+            mark = queries.mark_sent(self.table, arrays=self.dialect.arrays)
+            conn.execute(mark, {"ids": [row.id for row in confirmed], "now": now})
             result.sent = len(confirmed)
+            lags: dict[tuple[str, int], list[float]] = {}
             for row in confirmed:
-                self.metrics.published(row.queue, row.priority)
                 lag = (now - row.occurred_at).total_seconds()
-                self.metrics.delivery_lag(row.queue, row.priority, lag)
+                lags.setdefault((row.queue, row.priority), []).append(lag)
+            for (queue, priority), seconds in lags.items():
+                self.metrics.delivered(queue, priority, seconds)
         for row in rows:
             reason = outcome.get(row.id)
             if reason is None:

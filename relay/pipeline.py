@@ -14,9 +14,8 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import Connection, Engine, RootTransaction, Row
+from sqlalchemy import Connection, Engine, RootTransaction, RowMapping
 
 log = logging.getLogger("relay")
 
@@ -27,7 +26,7 @@ class OpenBatch:
 
     conn: Connection
     transaction: RootTransaction
-    rows: Sequence[Row[Any]]
+    rows: Sequence[RowMapping]
 
     def commit(self) -> None:
         try:
@@ -46,7 +45,7 @@ class OpenBatch:
             self.conn.close()
 
 
-def open_batch(engine: Engine, fetch: Callable[[Connection], Sequence[Row[Any]]]) -> OpenBatch:
+def open_batch(engine: Engine, fetch: Callable[[Connection], Sequence[RowMapping]]) -> OpenBatch:
     """Begin a transaction and fetch (and lock) a batch in it."""
     conn = engine.connect()
     try:

@@ -18,9 +18,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Connection, Engine, Row
+from sqlalchemy import Connection, Engine, RowMapping
 from sqlalchemy.exc import SQLAlchemyError
 
 from outbox import states
@@ -254,7 +253,7 @@ class Relay:
         batch.commit()
         return result
 
-    def _fetch_locked(self, conn: Connection) -> Sequence[Row[Any]]:
+    def _fetch_locked(self, conn: Connection) -> Sequence[RowMapping]:
         rows = self._fetch(conn, self.clock(), lock=True)
         if rows and self.dialect.relaxed_commit:
             conn.execute(queries.relaxed_commit())
@@ -269,13 +268,15 @@ class Relay:
         with self.engine.begin() as conn:
             return self._record(conn, rows, outcome, self.clock())
 
-    def _fetch(self, conn: Connection, now: datetime, *, lock: bool) -> Sequence[Row[Any]]:
+    def _fetch(self, conn: Connection, now: datetime, *, lock: bool) -> Sequence[RowMapping]:
         """The heads (one row per key, plus rows without key), then, while the batch has
         room, the rows queued behind those heads: a hot key still moves a batch at a time."""
         limit = self.settings.batch_size
         stmt = queries.fetch_due(self.table, limit=limit, queues=self.settings.queues, lock=lock)
-        rows = list(conn.execute(stmt, {"now": now}).all())
-        heads = [(r.queue, r.priority, r.key, r.id) for r in rows if r.key is not None]
+        rows = list(conn.execute(stmt, {"now": now}).mappings().all())
+        heads = [
+            (r["queue"], r["priority"], r["key"], r["id"]) for r in rows if r["key"] is not None
+        ]
         if not heads or len(rows) >= limit:
             return rows
         if self.dialect.waiting_scan_deadlocks:
@@ -284,14 +285,18 @@ class Relay:
             # a deadlock (1213) whose victim may be an already-published batch, which would
             # then be published twice. On MariaDB a key moves one row per batch instead.
             return rows
-        followers = conn.execute(
-            queries.fetch_followers(self.table, heads, limit=limit - len(rows), lock=lock)
-        ).all()
+        followers = (
+            conn.execute(
+                queries.fetch_followers(self.table, heads, limit=limit - len(rows), lock=lock)
+            )
+            .mappings()
+            .all()
+        )
         rows += due_prefixes(followers, now)
-        rows.sort(key=lambda r: (r.priority, r.id))
+        rows.sort(key=lambda r: (r["priority"], r["id"]))
         return rows
 
-    def _publish(self, rows: Sequence[Row[Any]]) -> dict[int, str | None]:
+    def _publish(self, rows: Sequence[RowMapping]) -> dict[int, str | None]:
         """Publish in waves: wave n holds the n-th row of every key (and wave 0 the rows
         without key); a key's next row goes out only after its previous one was confirmed, so
         a refusal never lets a later row of its key reach the broker first. One wave per
@@ -303,65 +308,65 @@ class Relay:
         for wave in waves(rows):
             batch: list[Outgoing] = []
             for row in wave:
-                if refused_chains and row.key is not None and chain(row) in refused_chains:
+                if refused_chains and row["key"] is not None and chain(row) in refused_chains:
                     continue
                 try:
-                    batch.append(Outgoing(row.id, envelope_of(row)))
+                    batch.append(Outgoing(row["id"], envelope_of(row)))
                 except (TypeError, ValueError) as exc:
-                    outcome[row.id] = f"cannot build the message: {exc}"
+                    outcome[row["id"]] = f"cannot build the message: {exc}"
             verdicts: Mapping[int, str | None] = self.publisher.publish(batch) if batch else {}
             for item in batch:
                 outcome[item.row_id] = verdicts.get(item.row_id, "no verdict from the publisher")
             for row in wave:
-                if row.key is not None and outcome.get(row.id) is not None:
+                if row["key"] is not None and outcome.get(row["id"]) is not None:
                     refused_chains.add(chain(row))
         return outcome
 
     def _record(
         self,
         conn: Connection,
-        rows: Sequence[Row[Any]],
+        rows: Sequence[RowMapping],
         outcome: Mapping[int, str | None],
         now: datetime,
     ) -> BatchResult:
         result = BatchResult(fetched=len(rows))
         # Rows not in ``outcome`` were never sent: an earlier row of their key was refused in
         # this batch, so they stay pending, untouched, behind it.
-        confirmed = [row for row in rows if row.id in outcome and outcome[row.id] is None]
+        confirmed = [row for row in rows if row["id"] in outcome and outcome[row["id"]] is None]
         if confirmed:
             mark = queries.mark_sent(self.table, arrays=self.dialect.arrays)
-            conn.execute(mark, {"ids": [row.id for row in confirmed], "now": now})
+            conn.execute(mark, {"ids": [row["id"] for row in confirmed], "now": now})
             result.sent = len(confirmed)
             lags: dict[tuple[str, int], list[float]] = {}
             for row in confirmed:
-                lag = (now - row.occurred_at).total_seconds()
-                lags.setdefault((row.queue, row.priority), []).append(lag)
+                lag = (now - row["occurred_at"]).total_seconds()
+                lags.setdefault((row["queue"], row["priority"]), []).append(lag)
             for (queue, priority), seconds in lags.items():
                 self.metrics.delivered(queue, priority, seconds)
         for row in rows:
-            reason = outcome.get(row.id)
+            reason = outcome.get(row["id"])
             if reason is None:
                 continue
-            attempts = row.attempts + 1
+            attempts = row["attempts"] + 1
             dead = attempts >= self.settings.max_attempts
             conn.execute(
                 queries.mark_refused(
                     self.table,
-                    row.id,
-                    attempts_before=row.attempts,
+                    row["id"],
+                    attempts_before=row["attempts"],
                     attempts=attempts,
                     status=states.FAILED if dead else states.PENDING,
                     available_at=now if dead else now + self.settings.backoff.delay(attempts),
                     error=mask(reason)[:MAX_ERROR_LENGTH],
                 )
             )
-            self.metrics.publish_errors(row.queue, row.priority)
+            self.metrics.publish_errors(row["queue"], row["priority"])
             result.refused += 1
             result.failed += int(dead)
             log.warning(
                 "row %d (%s) refused, attempt %d/%d%s: %s",
-                row.id,
-                row.event_id,
+                row["id"],
+                row["event_id"],
                 attempts,
                 self.settings.max_attempts,
                 " -> failed" if dead else "",
@@ -397,11 +402,11 @@ class Relay:
         return PollWaker(self._stopping)
 
 
-def envelope_of(row: Row[Any]) -> Envelope:
+def envelope_of(row: RowMapping) -> Envelope:
     # A row stored before store() checked broker name limits (or written by hand) is refused
     # here, with the reason: a name the broker cannot take can close the channel or, for a
     # trailing newline, hang RabbitMQ's queue.declare.
-    check_queue(row.queue)
+    check_queue(row["queue"])
     return envelope_from_row(row)
 
 

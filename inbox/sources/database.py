@@ -68,7 +68,7 @@ class DatabaseSource:
             ).all()
             if not rows:
                 return 0
-            result = target.within(conn, [envelope_from_row(r) for r in rows])
+            result = target.within(conn, [envelope_from_row(r._mapping) for r in rows])
             conn.execute(queries.mark_outbox_sent(outbox, [r.id for r in rows], now))
         if target.on_ingested is not None:
             target.on_ingested(result)

@@ -168,16 +168,14 @@ def test_envelope_from_row_reads_the_contract_columns() -> None:
         headers={},
         **FULL,
     )
-    env = envelope_from_row(row)
+    env = envelope_from_row(vars(row))
     assert (env.effect_key, env.sequence_key, env.sequence, env.schema_version) == (
         "invoice-417:reminder",
         "invoice-417",
         4,
         "2021-03",
     )
-    plain = envelope_from_row(
-        SimpleNamespace(**{**vars(row), **dict.fromkeys(FULL)})  # all four NULL
-    )
+    plain = envelope_from_row({**vars(row), **dict.fromkeys(FULL)})  # all four NULL
     assert (
         plain.wire_headers()
         .keys()

@@ -177,8 +177,7 @@ def drain(
 ) -> float:
     cmd = [OUTBOX, "relay", "--dsn", dsn, "--broker", broker, "--stop-when-idle"]
     cmd += ["--batch-size", str(batch)]
-    if pipeline:
-        cmd.append("--pipeline")
+    cmd.append("--pipeline" if pipeline else "--no-pipeline")
     cmd += ["--log-level", "WARNING"]
     procs = [subprocess.Popen(cmd) for _ in range(relays)]
     deadline = time.monotonic() + 900

@@ -24,7 +24,9 @@ TOTAL = 2000
 KEYS = [f"order-{i}" for i in range(12)]
 
 
-@pytest.mark.parametrize("pipeline", [(), ("--pipeline",)], ids=["one-batch", "pipeline"])
+@pytest.mark.parametrize(
+    "pipeline", [("--no-pipeline",), ("--pipeline",)], ids=["one-batch", "pipeline"]
+)
 @pytest.mark.parametrize("dialect", ["postgresql", "mariadb"], indirect=True)
 def test_three_relays_keep_per_key_order(
     engine: Engine, dsn: str, rabbit_names: list[str], tmp_path: Path, pipeline: tuple[str, ...]

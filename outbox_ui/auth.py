@@ -108,6 +108,6 @@ def cross_site(request: Request) -> bool:
     if request.headers.get("sec-fetch-site", "") == "cross-site":
         return True
     origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return origin == "null"
+    if origin is None or origin == "null":  # not said (privacy settings): the token decides
+        return False
     return urlsplit(origin).netloc != request.headers.get("host", "")

@@ -7,8 +7,8 @@ import importlib
 from outbox.errors import MissingExtraError
 
 EXTRA = "outbox-relay[ui]"
-# The import name of each distribution of the extra (python-multipart imports as multipart).
-MODULES = ("starlette", "jinja2", "uvicorn", "multipart")
+# The import name of each distribution of the extra.
+MODULES = ("starlette", "jinja2", "uvicorn", "python_multipart")
 
 
 def require(modules: tuple[str, ...] = MODULES) -> None:

@@ -49,9 +49,7 @@ def test_inbox_dead_rows_by_page_and_filters(engine: Engine) -> None:
     page = inbox_admin.list_failed(engine, limit=2, offset=1, error_like="db down")
     assert [r["id"] for r in page] == ids[1:]
     assert inbox_admin.count_failed(engine, error_like="db down") == 3
-    dry = inbox_admin.retry(
-        engine, now=NOW, reason="r", actor="a", error_like="db", dry_run=True
-    )
+    dry = inbox_admin.retry(engine, now=NOW, reason="r", actor="a", error_like="db", dry_run=True)
     assert dry.ids == ids
 
 

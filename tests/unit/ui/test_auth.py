@@ -11,7 +11,9 @@ from outbox_ui.settings import Auth
 
 
 def _request(headers: dict[str, str]) -> Request:
-    raw = [(k.lower().encode(), v.encode()) for k, v in {"host": "127.0.0.1:8090", **headers}.items()]
+    raw = [
+        (k.lower().encode(), v.encode()) for k, v in {"host": "127.0.0.1:8090", **headers}.items()
+    ]
     return Request({"type": "http", "method": "GET", "path": "/", "headers": raw})
 
 

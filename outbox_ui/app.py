@@ -36,7 +36,7 @@ from outbox_ui.auth import (
     set_csrf_cookie,
 )
 from outbox_ui.render import Pages
-from outbox_ui.settings import UiSettings
+from outbox_ui.settings import UiSettings, host_allowed
 from outbox_ui.views import Views
 
 log = logging.getLogger("outbox.ui")
@@ -56,9 +56,17 @@ _HEADERS = {
 _OPEN_PATHS = ("/login", "/static/")
 
 
+def secure(response: Response) -> Response:
+    """The security headers, on every response (error pages included)."""
+    for name, value in _HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
 class Guard(BaseHTTPMiddleware):
-    """Every request: the CSRF cookie (new if missing), the credentials when the page has
-    any (else the login page, 401), the security headers."""
+    """Every request: the Host check of an open loopback page, the CSRF cookie (new if
+    missing), the credentials when the page has any (else the login page, 401), the
+    security headers."""
 
     def __init__(self, app: ASGIApp, pages: Pages) -> None:
         super().__init__(app)
@@ -68,14 +76,21 @@ class Guard(BaseHTTPMiddleware):
         cookie = request.cookies.get(CSRF_COOKIE)
         fresh = cookie is None
         request.state.csrf_cookie = cookie = cookie or Csrf.new_cookie()
+        request.state.identity = Identity()
+        host = request.headers.get("host", "")
+        if not host_allowed(self.pages.settings, host):
+            detail = (
+                f"host: this page is open (no credentials) on loopback and answers only to "
+                f"localhost, 127.0.0.1 or [::1], not {host!r}"
+            )
+            return secure(self.pages.render(request, "error.html", 403, status=403, detail=detail))
         identity = authenticate(request, self.pages.settings.auth)
         request.state.identity = identity or Identity()
         if identity is None and not request.url.path.startswith(_OPEN_PATHS):
             response: Response = login_page(self.pages, request, 401, request.url.path)
         else:
             response = await call_next(request)
-        for name, value in _HEADERS.items():
-            response.headers.setdefault(name, value)
+        secure(response)
         if fresh:
             set_csrf_cookie(response, cookie)
         return response

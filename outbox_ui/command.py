@@ -66,8 +66,9 @@ def ui_cmd(db: Database, host: str, port: int, read_only: bool, actor: str | Non
     except Exception as exc:
         fail(f"cannot reach the database {mask(db.dsn)}: {exc}")
     settings = UiSettings(
-        engine, config, mask(db.dsn), actor or getpass.getuser(), auth=auth, read_only=read_only
-    )
+        engine, config, mask(db.dsn), actor or getpass.getuser(), auth=auth,
+        read_only=read_only, host=host,
+    )  # fmt: skip
     _serve(settings, host, port)
 
 

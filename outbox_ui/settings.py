@@ -10,6 +10,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sqlalchemy import Engine
 
@@ -80,7 +81,21 @@ class UiSettings:
     auth: Auth = Auth()
     read_only: bool = False
     page_size: int = 50
+    host: str = "127.0.0.1"  # the address bound (--host): an open loopback page checks Host
 
     @property
     def schema(self) -> Schema:
         return schema_for(self.config)
+
+
+def host_allowed(settings: UiSettings, host_header: str) -> bool:
+    """An open page (no credentials) bound to loopback answers only to loopback names: else
+    a site whose name its owner re-points at 127.0.0.1 (DNS rebinding) would be same-origin
+    with the page, read its forms' CSRF tokens and post them."""
+    if settings.auth.enabled or not is_loopback(settings.host):
+        return True
+    try:
+        name = urlsplit("//" + host_header).hostname
+    except ValueError:  # a bracket left open: not an address
+        return False
+    return name is not None and is_loopback(name)

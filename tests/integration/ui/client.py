@@ -25,7 +25,12 @@ def settings(engine: Engine, **kw: Any) -> UiSettings:
 def client(engine: Engine, *, auth: Auth | None = None, read_only: bool = False,
            page_size: int = 50) -> TestClient:  # fmt: skip
     app = make_app(settings(engine, auth=auth or Auth(), read_only=read_only, page_size=page_size))
-    return TestClient(app, raise_server_exceptions=False, follow_redirects=False)
+    # A loopback address, as a browser on the operator's machine sends it (an open page
+    # refuses other Host names).
+    return TestClient(
+        app, base_url="http://127.0.0.1:8090", raise_server_exceptions=False,
+        follow_redirects=False,
+    )  # fmt: skip
 
 
 def csrf_of(html: str) -> str:

@@ -113,3 +113,26 @@ def test_read_only_hides_and_refuses_actions(engine: Engine) -> None:
     r = post(c, "/outbox/retry", {"ids": str(row), "reason": "x"})
     assert r.status_code == 403 and "--read-only" in r.text
     _unchanged(engine, row)
+
+
+def test_an_open_loopback_page_answers_only_to_loopback_names(engine: Engine) -> None:
+    # Given an open page (no credentials) on loopback, and a failed row
+    row = _failed(engine)
+    c = client(engine)
+    for host in ("127.0.0.1:8090", "localhost:8090", "[::1]:8090"):
+        assert c.get("/", headers={"Host": host}).status_code == 200, host
+
+    # When a page of another name reaches it (its DNS re-pointed at 127.0.0.1)
+    rebound = {"Host": "evil.example:8090"}
+    read = c.get(f"/outbox/rows/{row}", headers=rebound)
+    forged = c.post("/outbox/retry", data={"csrf": csrf(c), "ids": str(row), "reason": "x"},
+                    headers=rebound)  # fmt: skip
+
+    # Then it reads nothing and changes nothing
+    assert read.status_code == 403 and "host:" in read.text and "outbox row" not in read.text
+    assert forged.status_code == 403
+    _unchanged(engine, row)
+    # With credentials the name does not matter (they are what a rebound page lacks).
+    with_token = client(engine, auth=Auth(token=TOKEN))
+    bearer = {"Authorization": f"Bearer {TOKEN}", **rebound}
+    assert with_token.get("/", headers=bearer).status_code == 200

@@ -45,6 +45,7 @@ def test_starts_with_settings_from_options_and_env(
     assert (host, port) == ("0.0.0.0", 9001)
     assert settings.read_only and settings.actor == "me"  # type: ignore[attr-defined]
     assert settings.auth.token == "tok"  # type: ignore[attr-defined]
+    assert settings.host == "0.0.0.0"  # type: ignore[attr-defined]
 
 
 def test_unreachable_database_masked(monkeypatch: pytest.MonkeyPatch) -> None:

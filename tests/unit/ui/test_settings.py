@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
 
+import pytest
+from sqlalchemy import create_engine
+
+from outbox.config import OutboxConfig
 from outbox.errors import ConfigError
-from outbox_ui.settings import Auth, check_binding, is_loopback
+from outbox_ui.settings import Auth, UiSettings, check_binding, host_allowed, is_loopback
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
@@ -39,3 +43,15 @@ def test_auth_from_env() -> None:
         Auth.from_env({"OUTBOX_UI_PASSWORD": "p"})
     with pytest.raises(ConfigError, match="OUTBOX_UI_USER: must not contain ':'"):
         Auth.from_env({"OUTBOX_UI_USER": "a:b", "OUTBOX_UI_PASSWORD": "p"})
+
+
+def test_host_check_of_an_open_loopback_page() -> None:
+    engine = create_engine("sqlite://")
+    open_page = UiSettings(engine, OutboxConfig(), "sqlite://", "me")
+    for host in ("127.0.0.1:8090", "localhost", "[::1]:8090", "127.0.0.2"):
+        assert host_allowed(open_page, host), host
+    for host in ("evil.example:8090", "", "127.0.0.1.evil.example", "[::1"):
+        assert not host_allowed(open_page, host), host
+    # Credentials, or a page bound off loopback (read-only there): any name.
+    assert host_allowed(replace(open_page, auth=Auth(token="t")), "evil.example")
+    assert host_allowed(replace(open_page, host="0.0.0.0", read_only=True), "10.0.0.5:8090")

@@ -86,6 +86,7 @@ class Guard(BaseHTTPMiddleware):
             return secure(self.pages.render(request, "error.html", 403, status=403, detail=detail))
         identity = authenticate(request, self.pages.settings.auth)
         request.state.identity = identity or Identity()
+        request.state.authenticated = identity is not None
         if identity is None and not request.url.path.startswith(_OPEN_PATHS):
             response: Response = login_page(self.pages, request, 401, request.url.path)
         else:

@@ -57,13 +57,16 @@ class Pages:
     ) -> HTMLResponse:
         identity: Identity = getattr(request.state, "identity", None) or Identity()
         cookie: str = getattr(request.state, "csrf_cookie", "")
+        # Before the credentials (the login page, a refused Host) the header names neither
+        # the database nor the user: host, database and role names are for operators only.
+        known = bool(getattr(request.state, "authenticated", False))
         page = {
             "path": request.url.path,
             "csrf_field": CSRF_FIELD,
             "csrf": self.csrf.token_for(cookie) if cookie else "",
             "read_only": self.settings.read_only,
-            "dsn": self.settings.dsn_shown,
-            "actor": identity.user or self.settings.actor,
+            "dsn": self.settings.dsn_shown if known else "",
+            "actor": (identity.user or self.settings.actor) if known else "",
             "auth": self.settings.auth.enabled,
         }
         html = self.env.get_template(name).render(page=page, **context)

@@ -153,7 +153,10 @@ def make_app(settings: UiSettings) -> Starlette:
         else:
             log.error("outbox ui: %s %s failed", request.method, request.url.path, exc_info=exc)
             status, detail = 500, f"{type(exc).__name__}: {exc}"
-        return pages.render(request, "error.html", status, status=status, detail=mask(detail))
+        # A 500 is answered outside the guard (Starlette's outermost middleware): its
+        # headers are set here.
+        page = pages.render(request, "error.html", status, status=status, detail=mask(detail))
+        return secure(page)
 
     routes = [
         Route("/", views.overview),

@@ -14,6 +14,11 @@ from outbox.ops.queries import RowFilters
 # A confirmed bulk retry carries the ids its dry run found (the confirmation is exactly what
 # is retried); past this many, narrow the filters or use `outbox retry --all`.
 MAX_CONFIRMED_IDS = 20000
+# The largest id a BIGINT column holds: past it a database refuses the parameter (SQLite
+# raises OverflowError), so a typo would be a 500 rather than "no such row".
+MAX_ROW_ID = 2**63 - 1
+# Far past any listing, and (times a page's size) an offset every database takes.
+MAX_PAGE = 10**9
 
 
 class BadInput(ValueError):
@@ -72,16 +77,21 @@ def filters(params: Mapping[str, str], fields: tuple[str, ...], now: datetime) -
 
 def page_number(params: Mapping[str, str]) -> int:
     text = _text(params, "page") or "1"
-    if not text.isdigit() or int(text) < 1:
-        raise BadInput("page", f"must be a whole number from 1 on, got {text!r}")
+    if not _digits(text) or not 1 <= int(text) <= MAX_PAGE:
+        raise BadInput("page", f"must be a whole number from 1 to {MAX_PAGE}, got {text!r}")
     return int(text)
 
 
 def row_id(text: str | None, field: str = "id") -> int:
     value = (text or "").strip()
-    if not value.isdigit():
+    if not _digits(value) or int(value) > MAX_ROW_ID:
         raise BadInput(field, f"must be a row id (a whole number), got {value!r}")
     return int(value)
+
+
+def _digits(text: str) -> bool:
+    # str.isdigit() alone takes "²" and other digits int() refuses.
+    return text.isascii() and text.isdigit()
 
 
 def ids(values: list[str], field: str = "id") -> list[int]:

@@ -19,6 +19,7 @@ from outbox.clock import utcnow
 from outbox.ops import admin
 from outbox_ui.filters import (
     INBOX_FIELDS,
+    MAX_ROW_ID,
     OUTBOX_FIELDS,
     Filters,
     filters,
@@ -26,6 +27,13 @@ from outbox_ui.filters import (
     row_id,
 )
 from outbox_ui.render import Pages
+
+
+def _path_id(request: Request, kind: str) -> int:
+    found = int(request.path_params["row_id"])
+    if found > MAX_ROW_ID:  # no row can have it; the database would refuse the parameter
+        raise HTTPException(404, f"id: no {kind} row with id {found}")
+    return found
 
 
 def _pager(page: int, size: int, total: int) -> dict[str, Any]:
@@ -60,7 +68,7 @@ class Views:
         return RedirectResponse(f"/{target}/rows/{found}", status_code=303)
 
     def outbox_row(self, request: Request) -> Response:
-        found = int(request.path_params["row_id"])
+        found = _path_id(request, "outbox")
         row = admin.show(self.s.engine, self.s.schema, found)
         if row is None:
             raise HTTPException(404, f"id: no outbox row with id {found}")
@@ -83,7 +91,7 @@ class Views:
         return self._listing(request, "inbox_failed.html", rows, f, _pager(page, size, total))
 
     def inbox_row(self, request: Request) -> Response:
-        found = int(request.path_params["row_id"])
+        found = _path_id(request, "inbox")
         row = review.show(self.s.engine, found, config=self.s.config)
         if row is None:
             raise HTTPException(404, f"id: no inbox row with id {found}")

@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from outbox import states
+from outbox.dsn import make_engine
 from tests.integration.ops.inbox_rows import inbox_row
 from tests.integration.ops.review_rows import contract_row
 from tests.integration.ops.rows import outbox_row
-from tests.integration.ui.client import client, text_of
+from tests.integration.ui.client import client, post, text_of
 
 NOW = datetime.now(UTC)
 SCRIPT = "<script>alert('x')</script>"
@@ -53,6 +54,16 @@ def test_missing_rows_bad_filters_and_get_on_actions(engine: Engine) -> None:
     assert bad.status_code == 400 and "since:" in bad.text
     assert c.get("/inbox/failed?page=0").status_code == 400
     assert c.get("/rows?id=abc").status_code == 400
+    # Past what a BIGINT holds, or digits int() refuses: no such row / bad input, never a 500.
+    huge = str(2**63)
+    for kind in ("outbox", "inbox"):
+        r = c.get(f"/{kind}/rows/{huge}")
+        assert r.status_code == 404 and "id:" in r.text, kind
+    assert c.get("/outbox/failed?page=" + "9" * 20).status_code == 400
+    for value in (huge, "\u00b2"):
+        r = post(c, "/outbox/retry", {"ids": value, "reason": "x"})
+        assert r.status_code == 400 and "ids:" in r.text, value
+        assert "default-src 'none'" in r.headers["content-security-policy"]
     opened = c.get("/rows?id=12&kind=inbox")
     assert opened.status_code == 303 and opened.headers["location"] == "/inbox/rows/12"
     # No action by GET: every action's URL answers 405 to a GET.
@@ -125,3 +136,7 @@ def test_security_headers_and_masked_dsn(engine: Engine) -> None:
     assert "default-src 'none'" in r.headers["content-security-policy"]
     assert r.headers["x-frame-options"] == "DENY"
     assert "u:***@db" in r.text
+    # An unexpected failure (here: a database without the tables) is a 500 page with them too.
+    broken = client(make_engine("sqlite://")).get("/")
+    assert broken.status_code == 500 and "OperationalError" in broken.text
+    assert "default-src 'none'" in broken.headers["content-security-policy"]

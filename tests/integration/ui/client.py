@@ -33,6 +33,13 @@ def client(engine: Engine, *, auth: Auth | None = None, read_only: bool = False,
     )  # fmt: skip
 
 
+def another_browser(c: TestClient) -> TestClient:
+    """A second client of the same app (same process key): a browser with its own cookies."""
+    return TestClient(
+        c.app, base_url=str(c.base_url), raise_server_exceptions=False, follow_redirects=False
+    )
+
+
 def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf(?:-token)?" (?:value|content)="([0-9a-f]+)"', html)
     assert found is not None, "no CSRF field on the page"

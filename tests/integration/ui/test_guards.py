@@ -12,7 +12,16 @@ from outbox import states
 from outbox_ui.auth import session_value
 from outbox_ui.settings import Auth
 from tests.integration.ops.rows import outbox_row
-from tests.integration.ui.client import ACTOR, audits, client, csrf, csrf_of, post, status_of
+from tests.integration.ui.client import (
+    ACTOR,
+    another_browser,
+    audits,
+    client,
+    csrf,
+    csrf_of,
+    post,
+    status_of,
+)
 
 NOW = datetime.now(UTC)
 TOKEN = "t0ken-for-the-test"
@@ -90,8 +99,8 @@ def test_csrf_token_required_on_every_form(engine: Engine) -> None:
     for data in ({}, {"csrf": "0" * 64}):
         r = c.post("/outbox/retry", data={"ids": str(row), "reason": "x", **data})
         assert r.status_code == 403 and "csrf" in r.text
-    # A token of another browser (cookie) does not pass either.
-    other = client(engine)
+    # A token of another browser (cookie) of the same page does not pass either.
+    other = another_browser(c)
     r = c.post("/outbox/retry", data={"csrf": csrf(other), "ids": str(row), "reason": "x"})
     assert r.status_code == 403
     # Nor does a form posted from another site, whatever it carries.

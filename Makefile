@@ -29,6 +29,7 @@ services:
 
 test: install services
 	bash scripts/ensure-promtool.sh
+	bash scripts/ensure-chromium.sh
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The inner loop: tests/unit and the integration tests on SQLite (those that also publish

@@ -16,6 +16,7 @@ from outbox.cli_support import DSN_HELP, db_options, fail
 from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
 from outbox.ops.cli import commands as ops_commands
+from outbox_ui.command import ui_cmd
 from relay.cli import commands as relay_commands
 
 
@@ -95,5 +96,5 @@ def demo(dsn: str, keep: bool, broker: str) -> None:
         fail(str(exc))
 
 
-for _command in (*relay_commands, *inbox_commands, *ops_commands):
+for _command in (*relay_commands, *inbox_commands, *ops_commands, ui_cmd):
     main.add_command(_command)

@@ -44,10 +44,28 @@ def list_failed(
     *,
     config: OutboxConfig = DEFAULT_CONFIG,
     limit: int = 100,
+    offset: int = 0,
     **filters: Unpack[q.DeadFilters],
 ) -> list[dict[str, Any]]:
-    """Dead rows (``failed`` and ``halted``), oldest id first."""
-    return core.fetch_rows(engine, q.list_dead(schema_for(config).inbox, limit=limit, **filters))
+    """Dead rows (``failed`` and ``halted``), oldest id first; ``offset`` rows skipped."""
+    stmt = q.list_dead(schema_for(config).inbox, limit=limit, offset=offset, **filters)
+    return core.fetch_rows(engine, stmt)
+
+
+def count_failed(
+    engine: Engine, *, config: OutboxConfig = DEFAULT_CONFIG, **filters: Unpack[q.DeadFilters]
+) -> int:
+    """How many dead rows match ``filters`` (``list_failed``'s total)."""
+    with engine.connect() as conn:
+        return int(conn.execute(q.count_dead(schema_for(config).inbox, **filters)).scalar_one())
+
+
+def history(
+    engine: Engine, row_id: int, *, config: OutboxConfig = DEFAULT_CONFIG, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The audit records that name inbox row ``row_id`` (retry, unblock, resolve), newest
+    first."""
+    return core.audit_history(engine, schema_for(config).audit, "inbox", row_id, limit)
 
 
 def show(
@@ -91,15 +109,18 @@ def retry(
     consumer: str | None = None,
     type_: str | None = None,
     group: str | None = None,
+    error_like: str | None = None,
+    since: datetime | None = None,
     dry_run: bool = False,
     progress: Progress = no_progress,
 ) -> RetryResult:
     """Dead (``failed`` or ``halted``) rows back to ``ready``, in one transaction with their
     audit records.
 
-    ``ids=None``: every dead row matching the filters. The rows are locked while read (SELECT
-    ... FOR UPDATE; on SQLite the write lock is taken at BEGIN IMMEDIATE), and each UPDATE is
-    conditional on the state read, so the audit names exactly the rows this call changed.
+    ``ids=None``: every dead row matching the filters (those of ``list_failed``). The rows
+    are locked while read (SELECT ... FOR UPDATE; on SQLite the write lock is taken at BEGIN
+    IMMEDIATE), and each UPDATE is conditional on the state read, so the audit names exactly
+    the rows this call changed.
     A retried row goes back in line by its (priority, seq): claims re-check every blocker, so
     no group lock is needed here (the retry never starts a row). A halted row retried
     releases its group with the row in its place: it runs before the messages it held back.
@@ -110,7 +131,8 @@ def retry(
         found = core.select_locked(
             conn, core.wanted_ids(ids),
             lambda chunk: q.dead_rows(
-                schema.inbox, ids=chunk, consumer=consumer, type_=type_, group=group
+                schema.inbox, ids=chunk, consumer=consumer, type_=type_, group=group,
+                error_like=error_like, since=since,
             ),
             dry_run,
         )  # fmt: skip

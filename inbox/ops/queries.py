@@ -68,7 +68,10 @@ def _dead_filter(
     )  # fmt: skip
 
 
-def list_dead(t: Table, *, limit: int, **filters: Unpack[DeadFilters]) -> Select[Any]:
+def list_dead(
+    t: Table, *, limit: int, offset: int = 0, **filters: Unpack[DeadFilters]
+) -> Select[Any]:
+    """Dead rows matching ``filters``, oldest id first; ``offset``: a later page."""
     c = t.c
     return (
         select(
@@ -88,7 +91,13 @@ def list_dead(t: Table, *, limit: int, **filters: Unpack[DeadFilters]) -> Select
         .where(*_dead_filter(t, **filters))
         .order_by(c.id)
         .limit(limit)
+        .offset(offset)
     )
+
+
+def count_dead(t: Table, **filters: Unpack[DeadFilters]) -> Select[Any]:
+    """How many dead rows match ``filters`` (a listing's total, for its pages)."""
+    return select(func.count()).select_from(t).where(*_dead_filter(t, **filters))
 
 
 def show_row(t: Table, row_id: int) -> Select[Any]:
@@ -104,18 +113,14 @@ def show_row(t: Table, row_id: int) -> Select[Any]:
 
 
 def dead_rows(
-    t: Table,
-    *,
-    ids: Sequence[int] | None,
-    consumer: str | None,
-    type_: str | None,
-    group: str | None,
+    t: Table, *, ids: Sequence[int] | None, **filters: Unpack[DeadFilters]
 ) -> Select[Any]:
-    """The dead rows a retry would touch, in id order, with what the audit keeps of them."""
+    """The dead rows a retry would touch, in id order, with what the audit keeps of them:
+    the filters of ``list_dead``, so a retry of "every row listed" takes those rows."""
     c = t.c
     return (
         select(c.id, c.consumer, c.serial_group, c.state, c.attempts, c.last_error)
-        .where(*_dead_filter(t, ids=ids, consumer=consumer, type_=type_, group=group))
+        .where(*_dead_filter(t, ids=ids, **filters))
         .order_by(c.id)
     )
 

@@ -21,8 +21,8 @@ from outbox.schema import Schema
 
 __all__ = [
     "MAX_COMPACT_BATCH", "CompactResult", "ConsumerStats", "QueueStats",
-    "RetryResult", "Stats", "compact", "count_compactable", "list_failed", "locking_reads",
-    "republish", "retry", "show", "stats",
+    "RetryResult", "Stats", "compact", "count_compactable", "count_failed", "history",
+    "list_failed", "locking_reads", "republish", "retry", "show", "stats",
 ]  # fmt: skip
 
 MAX_COMPACT_BATCH = core.MAX_DELETE_BATCH
@@ -46,6 +46,9 @@ class ConsumerStats:
     failed: int
     duplicates: int
     longest_blocked_seconds: float
+    review: int = 0  # held for an operator (``outbox inbox review``)
+    unknown: int = 0  # the handler's effect may or may not have happened
+    halted_groups: int = 0  # groups held by a dead row (on_dead="halt"), counted in failed
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,36 @@ def stats(engine: Engine, schema: Schema, now: datetime) -> Stats:
                 g.failed if g else 0,
                 dups.get(consumer, 0),
                 g.blocked_seconds if g else 0.0,
+                g.review if g else 0,
+                g.unknown if g else 0,
+                g.halted if g else 0,
             )
         )
     return Stats(queues, consumers)
 
 
 def list_failed(
-    engine: Engine, schema: Schema, *, limit: int = 100, **filters: Unpack[q.RowFilters]
+    engine: Engine,
+    schema: Schema,
+    *,
+    limit: int = 100,
+    offset: int = 0,
+    **filters: Unpack[q.RowFilters],
 ) -> list[dict[str, Any]]:
-    return core.fetch_rows(engine, q.list_failed(schema.outbox, limit=limit, **filters))
+    """Failed rows matching ``filters``, oldest id first; ``offset`` rows skipped (a page)."""
+    stmt = q.list_failed(schema.outbox, limit=limit, offset=offset, **filters)
+    return core.fetch_rows(engine, stmt)
+
+
+def count_failed(engine: Engine, schema: Schema, **filters: Unpack[q.RowFilters]) -> int:
+    """How many failed rows match ``filters`` (``list_failed``'s total)."""
+    with engine.connect() as conn:
+        return int(conn.execute(q.count_failed(schema.outbox, **filters)).scalar_one())
+
+
+def history(engine: Engine, schema: Schema, row_id: int, limit: int = 50) -> list[dict[str, Any]]:
+    """The audit records that name outbox row ``row_id``, newest first."""
+    return core.audit_history(engine, schema.audit, "outbox", row_id, limit)
 
 
 def show(engine: Engine, schema: Schema, row_id: int) -> dict[str, Any] | None:
@@ -122,7 +146,8 @@ class RetryResult:
 class Requeue(TypedDict, total=False):
     """The keyword arguments of ``retry`` and ``republish`` (besides republish's window):
     when, why and who (required); ``ids`` (default None: every row the filters match);
-    ``queue``/``type_`` filters; ``dry_run`` (default False: change the rows); ``progress``."""
+    the filters of ``list_failed`` (``queue``, ``type_``, ``error_like``, ``since``);
+    ``dry_run`` (default False: change the rows); ``progress``."""
 
     now: Required[datetime]
     reason: Required[str]
@@ -130,6 +155,8 @@ class Requeue(TypedDict, total=False):
     ids: Sequence[int] | None
     queue: str | None
     type_: str | None
+    error_like: str | None
+    since: datetime | None
     dry_run: bool
     progress: Progress
 
@@ -137,15 +164,16 @@ class Requeue(TypedDict, total=False):
 def retry(engine: Engine, schema: Schema, **request: Unpack[Requeue]) -> RetryResult:
     """Failed rows back to pending (attempts 0, due now) and one audit row, in one transaction.
 
-    ``ids=None`` means every failed row matching ``queue``/``type_``. The rows are locked
-    while read (SELECT ... FOR UPDATE; SQLite's write lock is taken at BEGIN) so the audit
-    names exactly the rows this call changed.
+    ``ids=None`` means every failed row matching the filters (``queue``, ``type_``,
+    ``error_like``, ``since``: those of ``list_failed``). The rows are locked while read
+    (SELECT ... FOR UPDATE; SQLite's write lock is taken at BEGIN) so the audit names
+    exactly the rows this call changed.
     """
     t, now = schema.outbox, request["now"]
-    queue, type_ = request.get("queue"), request.get("type_")
+    filters = _filters(request)
     return _requeue(
         engine, schema, "retry", request,
-        select_ids=lambda chunk: q.failed_ids(t, ids=chunk, queue=queue, type_=type_),
+        select_ids=lambda chunk: q.failed_ids(t, ids=chunk, **filters),
         update_rows=lambda chunk: q.retry_rows(t, chunk, now),
     )  # fmt: skip
 
@@ -165,14 +193,21 @@ def republish(
     if request.get("ids") is None and sent_since is None:
         raise ValueError("sent_since: give ids or the start of the window to republish")
     t, now = schema.outbox, request["now"]
-    queue, type_ = request.get("queue"), request.get("type_")
+    filters = _filters(request)
     return _requeue(
         engine, schema, "republish", request,
         select_ids=lambda chunk: q.sent_ids(
-            t, ids=chunk, sent_since=sent_since, sent_until=sent_until, queue=queue, type_=type_
+            t, ids=chunk, sent_since=sent_since, sent_until=sent_until, **filters
         ),
         update_rows=lambda chunk: q.republish_rows(t, chunk, now),
     )  # fmt: skip
+
+
+def _filters(request: Requeue) -> q.RowFilters:
+    return {
+        "queue": request.get("queue"), "type_": request.get("type_"),
+        "error_like": request.get("error_like"), "since": request.get("since"),
+    }  # fmt: skip
 
 
 def _requeue(

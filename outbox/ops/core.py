@@ -135,6 +135,43 @@ def insert_audit(
     )  # fmt: skip
 
 
+# Candidate audit records read per statement while looking for one row's history.
+AUDIT_SCAN = 200
+
+
+def audit_history(
+    engine: Engine, audit: Table, target: str, row_id: int, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The newest ``limit`` audit records of ``target`` (``outbox`` or ``inbox``) that name
+    row ``row_id``, newest first, ``row_ids`` decoded: what the operators did to that row.
+
+    ``row_ids`` holds ids (the outbox) or ``{"id": ...}`` objects (the inbox); the query's
+    text match only narrows the candidates, the ids are compared here."""
+    found: list[dict[str, Any]] = []
+    offset = 0
+    with engine.connect() as conn:
+        while len(found) < limit:
+            page = conn.execute(q.audit_mentioning(audit, target, row_id, AUDIT_SCAN, offset)).all()
+            for record in page:
+                if row_id in _audited_ids(record.row_ids):
+                    found.append({k: jsonable(v) for k, v in record._mapping.items()})
+            if len(page) < AUDIT_SCAN:
+                break
+            offset += AUDIT_SCAN
+    return found[:limit]
+
+
+def _audited_ids(row_ids: Any) -> set[int]:
+    if isinstance(row_ids, str):  # a driver that hands the JSON back as text
+        row_ids = json.loads(row_ids)
+    ids: set[int] = set()
+    for item in row_ids if isinstance(row_ids, list) else []:
+        value = item.get("id") if isinstance(item, dict) else item
+        if isinstance(value, int) and not isinstance(value, bool):
+            ids.add(value)
+    return ids
+
+
 @dataclass(frozen=True)
 class DeleteResult:
     deleted: int

@@ -60,6 +60,7 @@ class InboxGauge:
     blocked_seconds: float = 0.0
     review: int = 0  # held for an operator (``outbox inbox review``)
     unknown: int = 0  # the handler's effect may or may not have happened
+    halted: int = 0  # of ``failed``: dead rows that hold their group (one per halted group)
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ def read_snapshot(
                     else 0.0,
                     a.counts.get(states.REVIEW, 0),
                     a.counts.get(states.UNKNOWN, 0),
+                    a.counts.get(states.HALTED, 0),
                 )
                 for consumer, a in sorted(iacc.items())
             ]

@@ -19,8 +19,10 @@ from sqlalchemy import (
     Insert,
     Select,
     Table,
+    Text,
     Update,
     case,
+    cast,
     delete,
     func,
     select,
@@ -171,7 +173,28 @@ def audit_insert(audit: Table, **values: Any) -> Insert:
     return audit.insert().values(**values)
 
 
-def list_failed(t: Table, *, limit: int = 100, **filters: Unpack[RowFilters]) -> Select[Any]:
+def audit_mentioning(
+    audit: Table, target: str, row_id: int, limit: int, offset: int = 0
+) -> Select[Any]:
+    """The newest audit records of ``target`` whose ``row_ids`` JSON contains the digits of
+    ``row_id``: candidates only (id 5 matches ``[15]``), the caller keeps the exact ones.
+    The JSON is read as text on every database, so no JSON operator differs by dialect."""
+    return (
+        select(audit)
+        .where(
+            audit.c.target == target,
+            cast(audit.c.row_ids, Text).contains(str(int(row_id)), autoescape=True),
+        )
+        .order_by(audit.c.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+
+
+def list_failed(
+    t: Table, *, limit: int = 100, offset: int = 0, **filters: Unpack[RowFilters]
+) -> Select[Any]:
+    """The failed rows matching ``filters``, oldest id first; ``offset``: a later page."""
     return (
         select(
             t.c.id,
@@ -186,7 +209,13 @@ def list_failed(t: Table, *, limit: int = 100, **filters: Unpack[RowFilters]) ->
         .where(*_rows_filter(t, **filters))
         .order_by(t.c.id)
         .limit(limit)
+        .offset(offset)
     )
+
+
+def count_failed(t: Table, **filters: Unpack[RowFilters]) -> Select[Any]:
+    """How many failed rows match ``filters`` (a listing's total, for its pages)."""
+    return select(func.count()).select_from(t).where(*_rows_filter(t, **filters))
 
 
 def show_row(t: Table, row_id: int) -> Select[Any]:
@@ -194,16 +223,11 @@ def show_row(t: Table, row_id: int) -> Select[Any]:
 
 
 def failed_ids(
-    t: Table,
-    *,
-    ids: Sequence[int] | None = None,
-    queue: str | None = None,
-    type_: str | None = None,
+    t: Table, *, ids: Sequence[int] | None = None, **filters: Unpack[RowFilters]
 ) -> Select[Any]:
-    """The failed rows a retry would touch, in id order (for --dry-run and the audit)."""
-    return (
-        select(t.c.id).where(*_rows_filter(t, queue=queue, type_=type_, ids=ids)).order_by(t.c.id)
-    )
+    """The failed rows a retry would touch, in id order (for --dry-run and the audit): the
+    same filters as ``list_failed``, so a retry of "every row listed" takes those rows."""
+    return select(t.c.id).where(*_rows_filter(t, ids=ids, **filters)).order_by(t.c.id)
 
 
 def retry_rows(t: Table, ids: Sequence[int], now: datetime) -> Update:
@@ -225,11 +249,10 @@ def sent_ids(
     ids: Sequence[int] | None = None,
     sent_since: datetime | None = None,
     sent_until: datetime | None = None,
-    queue: str | None = None,
-    type_: str | None = None,
+    **filters: Unpack[RowFilters],
 ) -> Select[Any]:
     """The sent rows a republish would touch, in id order (for --dry-run and the audit)."""
-    conditions = _rows_filter(t, status=states.SENT, queue=queue, type_=type_, ids=ids)
+    conditions = _rows_filter(t, status=states.SENT, ids=ids, **filters)
     if sent_since is not None:
         conditions.append(t.c.sent_at >= sent_since)
     if sent_until is not None:

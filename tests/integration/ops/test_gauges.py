@@ -55,8 +55,9 @@ def test_snapshot_counts_and_ages(engine: Engine) -> None:
         OutboxGauge("mail", 1, pending=3, pending_seconds=40.0, failed=0),
         OutboxGauge("mail", 2, pending=0, pending_seconds=0.0, failed=1),
     )
-    # waiting = ready + waiting + retry; failed = failed + halted; blocked = oldest WAITING
-    assert snap.inbox == (InboxGauge("billing", 3, 1, 2, blocked_seconds=101.0),)
+    # waiting = ready + waiting + retry; failed = failed + halted (halted: of them, the rows
+    # that hold their group); blocked = oldest WAITING
+    assert snap.inbox == (InboxGauge("billing", 3, 1, 2, blocked_seconds=101.0, halted=1),)
 
 
 def test_gauges_query_at_most_once_per_interval(engine: Engine) -> None:

@@ -25,6 +25,9 @@ class OutboxConfig:
     ``max_payload_bytes``: limit on the UTF-8 size of the serialised payload.
     ``outbox_table``/``inbox_table``: table names (identifiers, validated; never user data).
     ``notify_channel``: PostgreSQL channel ``store()`` notifies on commit.
+    ``notify``: ``store()`` on PostgreSQL adds ``pg_notify(notify_channel, queue)`` to its
+    insert so an idle relay wakes on commit; ``False`` leaves relays to find rows by polling
+    (no LISTENing relay, or commits that must not take PostgreSQL's notification lock).
     """
 
     min_priority: int = 1
@@ -34,6 +37,7 @@ class OutboxConfig:
     outbox_table: str = "outbox"
     inbox_table: str = "inbox"
     notify_channel: str = "outbox_relay"
+    notify: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_priority <= self.max_priority <= 32767:
@@ -55,6 +59,9 @@ class OutboxConfig:
             raise ConfigError(
                 f"notify_channel: {self.notify_channel!r} must be lowercase letters, digits, _"
             )
+
+        if not isinstance(self.notify, bool):
+            raise ConfigError(f"notify: must be True or False, got {self.notify!r}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> OutboxConfig:

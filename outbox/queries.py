@@ -8,7 +8,9 @@ so the caller's transaction is never aborted (an error would poison a PostgreSQL
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
@@ -16,14 +18,14 @@ from uuid import UUID
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
-    DateTime,
-    Integer,
+    Insert,
     Select,
     SmallInteger,
     Table,
     Text,
     bindparam,
     cast,
+    column,
     delete,
     func,
     literal_column,
@@ -31,6 +33,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.engine import Dialect as SQLAlchemyDialect
 from sqlalchemy.sql.dml import Delete, Update
 
 from outbox.dialect import POSTGRESQL, SQLITE, Dialect
@@ -45,56 +48,104 @@ _COLUMNS = (
 )  # fmt: skip
 
 
-@lru_cache(maxsize=32)
-def insert_postgresql(table: Table, channel: str) -> Select[Any]:
-    """Insert rows given as parallel arrays, skip duplicates, ``pg_notify`` per inserted row.
+# Sent by ``store()`` on PostgreSQL: the other two have server defaults equal to what a new
+# row gets (``status`` 'pending', ``attempts`` 0), so they are left to the server.
+_PG_COLUMNS = tuple(c for c in _COLUMNS if c not in ("status", "attempts"))
+# jsonb_to_recordset column types; payload and headers arrive as JSON strings (text) and
+# are cast, so a serializer's output can never change the record's other fields.
+_RECORD_TYPES: dict[str, Any] = {
+    "event_id": postgresql.UUID(as_uuid=True),
+    "priority": SmallInteger(),
+    "sequence": BigInteger(),
+    "occurred_at": postgresql.TIMESTAMP(timezone=True),
+    "available_at": postgresql.TIMESTAMP(timezone=True),
+}
 
-    One statement and one round trip for any number of rows (``unnest`` of one array per
-    column). NOTIFY inside the transaction is delivered only on commit, and PostgreSQL folds
-    identical notifications of one transaction into one.
-    """
-    element_types: dict[str, Any] = {
-        "event_id": postgresql.UUID(as_uuid=True),
-        "priority": SmallInteger(),
-        "attempts": Integer(),
-        "sequence": BigInteger(),
-        "occurred_at": DateTime(timezone=True),
-        "available_at": DateTime(timezone=True),
-    }
-    arrays: list[ColumnElement[Any]] = []
-    for name in _COLUMNS:
-        array = func.unnest(
-            bindparam(name, type_=postgresql.ARRAY(element_types.get(name, Text())))
-        )
-        arrays.append(cast(array, postgresql.JSONB()) if name in ("payload", "headers") else array)
-    inserted = (
-        POSTGRESQL.insert_or_ignore(table, ["event_id"])
-        .from_select(list(_COLUMNS), select(*arrays))
-        .returning(table.c.event_id, table.c.queue)
-        .cte("inserted")
-    )
-    return select(inserted.c.event_id, func.pg_notify(channel, inserted.c.queue))
+
+def _returning_pg(table: Table, channel: str | None) -> list[ColumnElement[Any]]:
+    """``event_id`` of each inserted row and, with a channel, its ``pg_notify``: NOTIFY in the
+    transaction is delivered only on commit, and PostgreSQL folds a transaction's identical
+    notifications into one."""
+    returning: list[ColumnElement[Any]] = [table.c.event_id]
+    if channel is not None:
+        notify_channel = bindparam("notify_channel", channel, type_=Text())
+        returning.append(func.pg_notify(notify_channel, table.c.queue))
+    return returning
 
 
 @lru_cache(maxsize=32)
-def insert_postgresql_one(table: Table, channel: str) -> Select[Any]:
-    """``insert_postgresql`` for a single row, with scalar parameters.
+def insert_postgresql(table: Table, channel: str | None) -> Insert:
+    """Insert the rows of one JSON array (parameter ``rows``, ``as_recordset``), skip
+    duplicates, return the inserted event ids (and notify ``channel`` unless None).
 
-    Dumping sixteen one-element arrays costs psycopg more than the round trip itself, and
-    ``store()`` of one message is the common call.
+    One statement and one round trip for any number of rows. ``jsonb_to_recordset`` of one
+    text parameter: psycopg dumps one string instead of sixteen arrays (bench/store.py
+    measured both; docs in README).
     """
-    inserted = (
-        POSTGRESQL.insert_or_ignore(table, ["event_id"])
-        .values({name: bindparam(name, type_=table.c[name].type) for name in _COLUMNS})
-        .returning(table.c.event_id, table.c.queue)
-        .cte("inserted")
+    rows = cast(bindparam("rows", type_=Text()), postgresql.JSONB())
+    record = (
+        func.jsonb_to_recordset(rows)
+        .table_valued(*[column(n, _RECORD_TYPES.get(n, Text())) for n in _PG_COLUMNS])
+        .render_derived(name="r", with_types=True)
     )
-    return select(inserted.c.event_id, func.pg_notify(channel, inserted.c.queue))
+    values = [
+        cast(record.c[n], postgresql.JSONB()) if n in ("payload", "headers") else record.c[n]
+        for n in _PG_COLUMNS
+    ]
+    return (
+        POSTGRESQL.insert_or_ignore(table, ["event_id"])
+        .from_select(list(_PG_COLUMNS), select(*values))
+        .returning(*_returning_pg(table, channel))
+    )
 
 
-def as_arrays(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Rows -> one list per column, the parameters of ``insert_postgresql``."""
-    return {name: [row[name] for row in rows] for name in _COLUMNS}
+def as_recordset(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows -> the JSON array ``insert_postgresql`` reads (a parameter value, never SQL)."""
+    records = []
+    for row in rows:
+        record = {n: row[n] for n in _PG_COLUMNS}
+        record["event_id"] = str(record["event_id"])
+        record["occurred_at"] = record["occurred_at"].isoformat()
+        record["available_at"] = record["available_at"].isoformat()
+        records.append(record)
+    return json.dumps(records, ensure_ascii=False, separators=(",", ":"))
+
+
+@lru_cache(maxsize=32)
+def insert_postgresql_one(table: Table, channel: str | None) -> Insert:
+    """``insert_postgresql`` for a single row, with one scalar parameter per column and no
+    CTE: ``store()`` of one message is the common call."""
+    values = {n: bindparam(n, type_=table.c[n].type) for n in _PG_COLUMNS}
+    return (
+        POSTGRESQL.insert_or_ignore(table, ["event_id"])
+        .values(values)
+        .returning(*_returning_pg(table, channel))
+    )
+
+
+@dataclass(frozen=True)
+class DriverStatement:
+    """A statement compiled once for one SQLAlchemy dialect: its SQL text (from the
+    construct, never from values), the parameters it fixes (the channel) and the bind
+    processors of the parameters a call gives (None where the driver takes the value as is)."""
+
+    sql: str
+    fixed: dict[str, Any]
+    processors: tuple[tuple[str, Callable[[Any], Any]], ...]
+
+
+@lru_cache(maxsize=64)
+def driver_statement(statement: Insert, dialect: SQLAlchemyDialect) -> DriverStatement:
+    compiled = statement.compile(dialect=dialect)
+    given = set(_COLUMNS)
+    fixed = {k: b.effective_value for k, b in compiled.binds.items() if k not in given}
+    processors = []
+    for name, bind in compiled.binds.items():
+        if name in given:
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if processor is not None:
+                processors.append((name, processor))
+    return DriverStatement(compiled.string, fixed, tuple(processors))
 
 
 @lru_cache(maxsize=32)

@@ -28,6 +28,8 @@ def number(
     same order and cannot deadlock each other. Rows with an explicit number keep it and
     leave the counter alone.
     """
+    if all(r["sequence_key"] is None for r in rows):
+        return {}
     wanted = Counter(
         r["sequence_key"] for r in rows if r["sequence_key"] is not None and r["sequence"] is None
     )

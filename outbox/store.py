@@ -7,16 +7,16 @@ their own: the message exists if and only if the caller's transaction commits (G
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Insert, Table
 from sqlalchemy.orm import Session
 
-from outbox import queries, sequences, states, validation
+from outbox import driver_path, queries, sequences, states, validation
 from outbox.aio import is_async_bind
 from outbox.clock import utcnow
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
@@ -136,11 +136,10 @@ def store_many(
 def _insert(conn: Connection, rows: list[dict[str, Any]], config: OutboxConfig) -> list[UUID]:
     event_ids: list[UUID] = [r["event_id"] for r in rows]
     schema = schema_for(config)
-    table = schema.outbox
     dialect = dialect_of(conn)
     taken = sequences.number(conn, dialect, schema.outbox_sequences, rows)
     try:
-        _insert_rows(conn, dialect, table, rows, config)
+        _insert_rows(conn, dialect, schema.outbox, rows, config)
     except DuplicateEventError:
         sequences.give_back(conn, schema.outbox_sequences, taken)
         raise
@@ -157,13 +156,13 @@ def _insert_rows(
     """Insert the rows; refuses them all (``DuplicateEventError``) if one event id exists."""
     event_ids: list[UUID] = [r["event_id"] for r in rows]
     if dialect.notifies:
+        channel = config.notify_channel if config.notify else None
         if len(rows) == 1:
-            statement = queries.insert_postgresql_one(table, config.notify_channel)
-            result = conn.execute(statement, rows[0])
+            found = _execute_one(conn, queries.insert_postgresql_one(table, channel), rows[0])
         else:
-            statement = queries.insert_postgresql(table, config.notify_channel)
-            result = conn.execute(statement, queries.as_arrays(rows))
-        inserted = {r[0] for r in result}
+            parameters = {"rows": queries.as_recordset(rows)}
+            found = conn.execute(queries.insert_postgresql(table, channel), parameters).all()
+        inserted = {r[0] for r in found}
         duplicates = [e for e in event_ids if e not in inserted]
     elif dialect.returning:
         inserted = {r[0] for r in conn.execute(queries.insert_sqlite(table), rows)}
@@ -181,6 +180,22 @@ def _insert_rows(
         if inserted:
             conn.execute(queries.delete_events(table, list(inserted)))
         raise DuplicateEventError(duplicates)
+
+
+def _execute_one(conn: Connection, statement: Insert, row: dict[str, Any]) -> Sequence[Any]:
+    """The rows ``statement`` returns for the parameters ``row``.
+
+    Through SQLAlchemy's ``Connection.execute`` this costs about as much Python as the
+    round trip itself (bench/store.py); where nothing needs that machinery, the statement
+    compiled once (``queries.driver_statement``) goes straight to the driver's cursor.
+    """
+    if not driver_path.usable(conn):
+        return conn.execute(statement, row).all()
+    compiled = queries.driver_statement(statement, conn.dialect)
+    parameters = {**row, **compiled.fixed}
+    for name, process in compiled.processors:
+        parameters[name] = process(parameters[name])
+    return driver_path.execute(conn, compiled.sql, parameters)
 
 
 def _connection(conn_or_session: Connection | Session) -> Connection:
@@ -228,7 +243,7 @@ def _row(
         "key": key if key is not None else group,
         "type": message_type,
         "payload": payload,
-        "headers": serialize("headers", headers, serializer),
+        "headers": serialize("headers", headers, serializer) if headers else "{}",
         "occurred_at": now,
         "available_at": available_at,
         "status": states.PENDING,

@@ -1,6 +1,7 @@
 """Every producer statement compiles on every dialect (the SQL lives in the queries modules;
 this keeps it compiling)."""
 
+import json
 from datetime import UTC, datetime
 from uuid import uuid4
 
@@ -23,11 +24,21 @@ def test_postgresql_insert_notifies_and_skips_conflicts() -> None:
     statement = queries.insert_postgresql(outbox_table, "ch")
     sql = str(statement.compile(dialect=postgresql.dialect()))
     assert "ON CONFLICT (event_id) DO NOTHING" in sql
-    assert "pg_notify" in sql and "RETURNING" in sql and "unnest" in sql
+    assert "pg_notify" in sql and "RETURNING" in sql and "jsonb_to_recordset" in sql
     # built once, reused (so SQLAlchemy's compiled cache applies)
     assert queries.insert_postgresql(outbox_table, "ch") is statement
-    arrays = queries.as_arrays([ROW, ROW])
-    assert set(arrays) == set(ROW) and all(len(v) == 2 for v in arrays.values())
+    records = json.loads(queries.as_recordset([ROW, ROW]))
+    assert len(records) == 2
+    # status and attempts are left to their server defaults
+    assert set(records[0]) == set(ROW) - {"status", "attempts"}
+    # payload and headers travel as JSON strings: a serializer's text stays one field
+    assert records[0]["payload"] == "{}" and records[0]["event_id"] == str(ROW["event_id"])
+
+
+def test_postgresql_insert_without_channel_does_not_notify() -> None:
+    for build in (queries.insert_postgresql, queries.insert_postgresql_one):
+        sql = str(build(outbox_table, None).compile(dialect=postgresql.dialect()))
+        assert "pg_notify" not in sql and "RETURNING outbox.event_id" in sql
 
 
 def test_postgresql_single_row_insert() -> None:
@@ -35,7 +46,18 @@ def test_postgresql_single_row_insert() -> None:
         queries.insert_postgresql_one(outbox_table, "ch").compile(dialect=postgresql.dialect())
     )
     assert "ON CONFLICT (event_id) DO NOTHING" in sql and "pg_notify" in sql
-    assert "unnest" not in sql
+    assert "jsonb_to_recordset" not in sql and not sql.startswith("WITH")
+
+
+def test_driver_statement_is_the_constructs_sql() -> None:
+    dialect = postgresql.psycopg.dialect()
+    statement = queries.insert_postgresql_one(outbox_table, "ch")
+    compiled = queries.driver_statement(statement, dialect)
+    assert compiled.sql == str(statement.compile(dialect=dialect))
+    assert compiled.fixed == {"notify_channel": "ch"}
+    assert queries.driver_statement(statement, dialect) is compiled
+    # the column types' own bind processing (UTC datetimes, pre-serialised JSON) still runs
+    assert {"occurred_at", "available_at", "payload"} <= {n for n, _ in compiled.processors}
 
 
 def test_sqlite_insert() -> None:

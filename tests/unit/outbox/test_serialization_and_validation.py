@@ -73,3 +73,10 @@ def test_config_validates_and_refuses_unknown_keys() -> None:
     with pytest.raises(ConfigError, match="min_priority"):
         OutboxConfig(min_priority=5, max_priority=1)
     assert OutboxConfig.from_mapping({"max_priority": 3}).max_priority == 3
+
+
+def test_config_notify_is_a_boolean() -> None:
+    assert OutboxConfig().notify is True
+    assert OutboxConfig.from_mapping({"notify": False}).notify is False
+    with pytest.raises(ConfigError, match="notify"):
+        OutboxConfig(notify="no")  # type: ignore[arg-type]

@@ -4,6 +4,8 @@
 
 (a) a domain transaction inserting one order row, without and with one ``store()``;
 (b) 100 messages in one transaction: ``store_many()`` once vs ``store()`` 100 times;
+(a') the transaction of (a) with a bare ``SELECT 1`` instead (what any second statement
+    costs) and with ``store()`` under ``OutboxConfig(notify=False)`` (without the wake-up);
 (c) the transaction of (a) in an ``AsyncSession``, without and with one ``store_async()``,
     beside (a)'s figures: what one call adds in each (``+store``, ``+store_async``) and
     their ratio, the price of running ``store()`` through the asyncio bridge.
@@ -110,6 +112,19 @@ def run(
             conn.execute(orders.insert().values(customer="ACME", total=Decimal("10.00")))
             outbox.store(conn, "orders", "order.placed", PAYLOAD, serial_group="c-17")
 
+    quiet = outbox.OutboxConfig(notify=False)
+
+    def with_quiet_store() -> None:
+        with engine.begin() as conn:
+            conn.execute(orders.insert().values(customer="ACME", total=Decimal("10.00")))
+            outbox.store(conn, "orders", "order.placed", PAYLOAD, serial_group="c-17", config=quiet)
+
+    def with_round_trip() -> None:
+        # What any second statement costs: the floor under "with store()".
+        with engine.begin() as conn:
+            conn.execute(orders.insert().values(customer="ACME", total=Decimal("10.00")))
+            conn.execute(text("SELECT 1"))
+
     batch = [outbox.Message("orders", "order.placed", PAYLOAD, serial_group="c-17")] * 100
 
     def many() -> None:
@@ -133,15 +148,28 @@ def run(
             )
 
     results: dict[str, list[float]] = {
-        k: [] for k in ("without", "with", "async_without", "async_with", "many", "singles")
+        k: []
+        for k in (
+            "without",
+            "with",
+            "quiet",
+            "round_trip",
+            "async_without",
+            "async_with",
+            "many",
+            "singles",
+        )
     }
-    for fn in (without, with_store, many, singles):  # warm up pools and statement caches
+    # warm up pools and statement caches
+    for fn in (without, with_store, with_quiet_store, with_round_trip, many, singles):
         fn()
     for afn in (async_without, async_with):
         runner.run(afn())
     for _ in range(rounds):
         results["without"].append(timed(without, txns))
         results["with"].append(timed(with_store, txns))
+        results["quiet"].append(timed(with_quiet_store, txns))
+        results["round_trip"].append(timed(with_round_trip, txns))
         results["async_without"].append(runner.run(atimed(async_without, txns)))
         results["async_with"].append(runner.run(atimed(async_with, txns)))
         results["many"].append(timed(many, max(1, txns // 30)) / 100)
@@ -183,6 +211,17 @@ def main() -> None:
             f"{name:<11}{r['without'] * 1e3:>8.3f}ms{r['with'] * 1e3:>8.3f}ms{ratio:>10.2f}"
             f"{'<=1.25':>7}{r['singles'] * 1e6:>10.1f}us{r['many'] * 1e6:>8.1f}us"
             f"{speedup:>9.1f}x{'>=5x':>7}"
+        )
+    print()
+    print("what the second statement costs (each / txn w/o): any statement, store() without")
+    print("the wake-up (OutboxConfig(notify=False)), store()")
+    header = f"{'database':<11}{'+SELECT 1':>11}{'+store quiet':>14}{'+store':>9}"
+    print(header)
+    print("-" * len(header))
+    for name, r in rows:
+        print(
+            f"{name:<11}{r['round_trip'] / r['without']:>11.2f}{r['quiet'] / r['without']:>14.2f}"
+            f"{r['with'] / r['without']:>9.2f}"
         )
     print()
     header = (

@@ -65,6 +65,11 @@ class RelaySettings:
     config: OutboxConfig = DEFAULT_CONFIG
 
     def __post_init__(self) -> None:
+        if isinstance(self.queues, str):
+            # A str is a sequence of one-letter queue names: the relay would publish nothing.
+            raise ConfigError(f"queues: expected a sequence of names, got {self.queues!r}")
+        # A tuple whatever sequence was given: the fetch statement is cached by it.
+        object.__setattr__(self, "queues", tuple(self.queues))
         if self.batch_size < 1:
             raise ConfigError(f"batch_size: must be >= 1, got {self.batch_size}")
         if self.poll_interval <= 0:

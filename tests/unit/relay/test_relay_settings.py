@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from outbox.errors import ConfigError
+from outbox.schema import outbox_table
+from relay import queries
 from relay.publishers import publisher_from_url
 from relay.publishers.rabbitmq import RabbitMQPublisher
 from relay.relay import RelaySettings
@@ -59,3 +61,17 @@ def test_sqlite_lock_admits_one_holder(tmp_path: Path) -> None:
 def test_sqlite_memory_database_is_refused() -> None:
     with pytest.raises(ConfigError, match="memory"):
         SQLiteRelayLock(":memory:")
+
+
+def test_queues_given_as_a_list_build_the_fetch() -> None:
+    # The fetch statement is cached by its arguments, so a list (the annotation says tuple,
+    # but any sequence used to work) must not reach it unhashable at the first batch.
+    settings = RelaySettings(queues=["a", "b"])  # type: ignore[arg-type]
+    assert settings.queues == ("a", "b")
+    stmt = queries.fetch_due(outbox_table, limit=10, queues=settings.queues, lock=True)
+    assert "outbox.queue IN" in str(stmt)
+
+
+def test_queues_as_one_string_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="queues"):
+        RelaySettings(queues="orders")  # type: ignore[arg-type]

@@ -219,7 +219,7 @@ def test_s7_worker_killed_mid_handler_holding_a_group(bed: Bed, broker: str) -> 
 def _envelope_of_the_only_row(bed: Bed) -> Envelope:
     """The outbox row as the relay publishes it (the relay's own conversion)."""
     with bed.engine.connect() as conn:
-        return envelope_of(conn.execute(select(outbox_table)).one())
+        return envelope_of(conn.execute(select(outbox_table)).mappings().one())
 
 
 def _publish_twice(broker: str, envelope: Envelope) -> None:

@@ -5,28 +5,44 @@ parameters and wraps the result: on PostgreSQL that was a third of one ``store()
 (bench/store.py). The statement here is compiled once from the SQLAlchemy construct
 (``outbox.queries.driver_statement``); values only ever travel as parameters.
 
-Used only where it changes nothing the caller can see: psycopg 3 (sync), a transaction
-already begun, no ``schema_translate_map`` and no cursor-execute event listener. Driver
-errors come back as SQLAlchemy's ``DBAPIError`` subclasses, and a lost connection is
-invalidated, as ``Connection.execute`` would do.
+Used only where it changes nothing the caller can see: psycopg 3 (sync), an active
+transaction (savepoint included) already begun, no ``schema_translate_map``, no SQL logging
+(``echo`` or the ``sqlalchemy.engine`` logger at INFO) and no event listener that
+``Connection.execute`` would call (statement, cursor, ``handle_error``, ``do_execute``).
+Driver errors go through the connection's own error handling, so what is raised
+(``hide_parameters``, ``connection_invalidated``) and what is invalidated (the connection
+and its pool's older connections) are what ``Connection.execute`` would give.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
 
 
 def usable(conn: Connection) -> bool:
     if conn.dialect.driver != "psycopg" or conn.dialect.is_async or not conn.in_transaction():
         return False
+    nested = conn.get_nested_transaction()
+    if nested is not None and not nested.is_active:
+        return False  # Connection.execute refuses to run in it; so must store()
     if conn.get_execution_options().get("schema_translate_map"):
         return False
-    dispatch = conn.dispatch
-    return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+    if conn.engine.logger.isEnabledFor(logging.INFO):
+        return False  # the caller asked to see every statement
+    events = conn.dispatch
+    dialect_events = conn.dialect.dispatch
+    return not (
+        events.before_execute
+        or events.after_execute
+        or events.before_cursor_execute
+        or events.after_cursor_execute
+        or dialect_events.do_execute
+        or dialect_events.handle_error
+    )
 
 
 def execute(conn: Connection, sql: str, parameters: dict[str, Any]) -> Sequence[Any]:
@@ -41,8 +57,8 @@ def execute(conn: Connection, sql: str, parameters: dict[str, Any]) -> Sequence[
         rows: Sequence[Any] = cursor.fetchall()
         return rows
     except dbapi_error as exc:
-        if conn.dialect.is_disconnect(exc, dbapi_conn, cursor):
-            conn.invalidate(exc)
-        raise DBAPIError.instance(sql, parameters, exc, dbapi_error, dialect=conn.dialect) from exc
+        # SQLAlchemy's own handler: the same wrapped error, parameters hidden when the
+        # engine hides them, and on a disconnect the pool's older connections recycled too.
+        conn._handle_dbapi_exception(exc, sql, parameters, cursor, None)
     finally:
         cursor.close()

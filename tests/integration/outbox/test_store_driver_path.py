@@ -3,6 +3,7 @@ SQLAlchemy's (errors, events), and notify=False leaves the wake-up out."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, event, select, text
+from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
@@ -105,3 +106,49 @@ def test_store_many_keeps_every_field(engine: Engine) -> None:
     assert second["payload"] == [1, None] and second["key"] == "k2"
     assert second["serial_group"] is None and second["headers"] == {}
     assert {r["status"] for r in rows} == {"pending"} and {r["attempts"] for r in rows} == {0}
+
+
+def test_hide_parameters_hides_the_message_in_a_driver_error(engine: Engine) -> None:
+    hiding = create_engine(engine.url, hide_parameters=True)
+    try:
+        with hiding.connect() as conn:
+            conn.begin()
+            conn.execute(text("SET LOCAL statement_timeout = 1"))
+            with pytest.raises(DBAPIError):
+                conn.execute(text("SELECT pg_sleep(1)"))  # the transaction is now aborted
+            with pytest.raises(DBAPIError) as raised:
+                outbox.store(conn, "q", "t", {"card": "4111-secret"})
+            assert "4111-secret" not in str(raised.value)
+            assert "hidden due to hide_parameters" in str(raised.value)
+    finally:
+        hiding.dispose()
+
+
+def test_sql_logging_still_shows_the_insert(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="sqlalchemy.engine"), engine.begin() as conn:
+        outbox.store(conn, "q", "t", {})
+    assert any("INSERT INTO outbox" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", ["before_execute", "handle_error"])
+def test_statement_and_error_listeners_still_run(engine: Engine, name: str) -> None:
+    seen: list[str] = []
+
+    def record(*args: Any) -> None:
+        seen.append(name)
+
+    event.listen(engine, name, record)
+    try:
+        with engine.connect() as conn:
+            conn.begin()
+            conn.execute(text("SET LOCAL statement_timeout = 1"))
+            with pytest.raises(DBAPIError):
+                conn.execute(text("SELECT pg_sleep(1)"))
+            seen.clear()
+            with pytest.raises(DBAPIError):
+                outbox.store(conn, "q", "t", {})
+    finally:
+        event.remove(engine, name, record)
+    assert seen == [name]

@@ -31,11 +31,11 @@ from sqlalchemy.orm import Session
 
 from bench.consumer_support import create_database, drop_database
 from inbox import Consumer, InboxMessage
-from inbox.batch_claims import BatchClaimer
-from inbox.batch_runner import BatchRunner
-from inbox.batching import ISOLATIONS, Isolation
+from inbox.engine.claims import BatchClaimer
+from inbox.engine.outcomes import frees_group
+from inbox.engine.runner import BatchRunner
+from inbox.engine.settings import ISOLATIONS, Isolation
 from inbox.ingest import InboxIngest
-from inbox.runner import _frees_group
 from inbox.sources.database import DatabaseSource
 from outbox import Message, migrate, store_many
 from outbox.backoff import Backoff
@@ -111,7 +111,7 @@ def measure(
             freed = list(result.undecided) + [
                 c.serial_group
                 for c, o in outcomes
-                if c.serial_group is not None and _frees_group(o, cons, c.row.queue)
+                if c.serial_group is not None and frees_group(o, cons, c.row.queue)
             ]
         return Measured(ingest_rate, claiming / messages * 1e6, running / messages * 1e6)
     finally:

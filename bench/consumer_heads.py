@@ -4,8 +4,8 @@ The worker's head-of-group pass against variant B (the derived-table head query 
 started from, ported to the inbox table: ``VARIANT_B`` below) on PostgreSQL and MariaDB:
 20,000 unfinished rows in 1,000 groups, then with
 ``--history`` (default 1,000,000) done rows added. Ours is timed three ways: the full pass
-(``inbox.queries.waiting_heads`` over every group: at worker start, every 300 s, before an
-idle stop), and the marked pass (``Claimer.head_pass`` itself, without the promotion: the
+(``inbox.sql.heads.waiting_heads`` over every group: at worker start, every 300 s, before an
+idle stop), and the marked pass (``HeadPass.head_pass`` itself, without the promotion: the
 marked groups taken from ``inbox_groups``, their marks cleared, their waiting heads read;
 the marks set again, untimed, before each run) with all 1,000 groups marked (after the
 upgrade, or when every group finished a message since the last pass) and with 10 marked.
@@ -35,16 +35,16 @@ from bench.consumer_support import (
     note,
     verdict,
 )
-from inbox import queries as inbox_queries
-from inbox.claims import Claimer
 from inbox.consumer import Consumer
+from inbox.engine.heads import HeadPass
+from inbox.sql import heads as inbox_queries
 from outbox import migrate, states
 from outbox.dsn import make_engine
 from outbox.schema import schema_for
 
 UNFINISHED = 20_000
 FEW_MARKED = 10
-PASS_CHUNK = 300  # Claimer.head_pass's default
+PASS_CHUNK = 300  # HeadPass.head_pass's default
 
 # --- (a) data: 20 rows per group, mixed priorities; a tenth of the groups has a processing
 # row (not a head), some rows ready, the rest waiting. ids follow seq, as ingest gives them.
@@ -129,8 +129,8 @@ def heads_full(engine: Engine) -> list[int]:
         return [int(r.id) for r in conn.execute(stmt)]
 
 
-class _PassWithoutPromotion(Claimer):
-    """``Claimer.head_pass`` as a worker runs it (its statements, connections and round
+class _PassWithoutPromotion(HeadPass):
+    """``HeadPass.head_pass`` as a worker runs it (its statements, connections and round
     trips), the promotion left out: the groups whose waiting head it would promote are kept."""
 
     def __init__(self, engine: Engine) -> None:

@@ -5,7 +5,7 @@
 Fills a database of its own with ``--rows`` outbox rows (1% pending, the rest sent: a table
 before compaction) in 1,000 serial groups and as many inbox rows (600 unfinished), then
 EXPLAINs the statements the relay, the worker and the gauges run, exactly as the code builds
-them (imported from relay/queries.py, inbox/queries.py, outbox/ops/queries.py).
+them (imported from relay/queries.py, inbox/sql/heads.py, outbox/ops/queries.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from sqlalchemy import Engine, insert, select, text, true
 # bench/ holds relay.py: keep the script's folder off the import path so `relay` is the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from inbox import queries as inbox_q  # noqa: E402
-from inbox import queries_groups as groups_q  # noqa: E402
+from inbox.sql import groups as groups_q  # noqa: E402
+from inbox.sql import heads as inbox_q  # noqa: E402
 from outbox import migrate  # noqa: E402
 from outbox.dialect import POSTGRESQL  # noqa: E402
 from outbox.dsn import make_engine  # noqa: E402

@@ -1,13 +1,14 @@
-"""Operator actions on the inbox (the CLI's ``outbox inbox ...`` calls these)."""
+"""``inbox.unblock``: release a halted group from code. The CLI's ``outbox inbox unblock``
+is ``inbox.ops.admin.unblock``, which also writes an audit record."""
 
 from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from inbox import queries
-from inbox.claims import Claimer
 from inbox.consumer import Consumer
-from inbox.group_state import mark_groups
+from inbox.engine.heads import HeadPass
+from inbox.engine.marks import mark_groups
+from inbox.sql import heads as queries
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.schema import schema_for
 
@@ -26,5 +27,5 @@ def unblock(
     if released:
         # Only the name and config matter to the head-of-group pass; any queue will do.
         stub = Consumer(consumer, queues=["unblock"], config=config)
-        Claimer(stub, engine, job_queue=False).promote_group(group)
+        HeadPass(stub, engine, job_queue=False).promote_group(group)
     return int(released)

@@ -44,7 +44,7 @@ class InboxMessage:
 
 SyncHandler = Callable[[Session, InboxMessage], None]
 # ``async def handler(session: AsyncSession, message)``: the worker awaits it on an event
-# loop, in the same effect transaction (inbox/handler_calls.py).
+# loop, in the same effect transaction (inbox/engine/handler_calls.py).
 AsyncHandler = Callable[["AsyncSession", InboxMessage], Awaitable[None]]
 Handler = SyncHandler | AsyncHandler
 

@@ -1,4 +1,5 @@
-"""Ingest: make received messages durable as inbox rows (the ``Ingest`` of inbox/source.py).
+"""Ingest: make received messages durable as inbox rows (the ``Ingest`` that
+a source hands them to: ``outbox.transport``).
 
 One statement per batch; a duplicate ``(event_id, consumer)`` bumps ``duplicates`` instead of
 raising, so the transaction is never aborted (G3). Unknown types and rejected (malformed)
@@ -16,9 +17,10 @@ from uuid import UUID, uuid5
 
 from sqlalchemy import Connection, Engine
 
-from inbox import queries_contract, queries_ingest
 from inbox.consumer import Consumer
-from inbox.part import ConsumerPart
+from inbox.engine.part import ConsumerPart
+from inbox.sql import contract as queries_contract
+from inbox.sql import ingest as queries_ingest
 from outbox import states
 from outbox.clock import utcnow
 from outbox.serialization import DEFAULT_SERIALIZER, serialize

@@ -1,6 +1,6 @@
 """The ordering, locking and retry rules as pure functions (unit-tested without a database).
 
-The SQL in ``inbox/queries.py`` implements the same rules; an integration test checks that the
+The SQL in ``inbox/sql/heads.py`` implements the same rules; an integration test checks that the
 database and these functions agree on random groups.
 """
 

@@ -18,20 +18,20 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from inbox import queries_batch as q
-from inbox.batch_claims import BatchClaimer
-from inbox.batch_runner import BatchRunner
-from inbox.batching import (
+from inbox.consumer import Consumer
+from inbox.engine.claims import BatchClaimer
+from inbox.engine.heads import HeadPass
+from inbox.engine.leases import LeaseKeeper
+from inbox.engine.outcomes import DONE, LOST, frees_group
+from inbox.engine.runner import BatchRunner
+from inbox.engine.settings import (
     DEFAULT_BATCH_SECONDS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_ISOLATION,
     Isolation,
 )
-from inbox.claims import Claimer
-from inbox.consumer import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
-from inbox.leases import LeaseKeeper
-from inbox.runner import DONE, LOST, _frees_group
+from inbox.sql import claims as q
 from inbox.startup import brief, holds_outbox
 from outbox import metrics, states
 from outbox.backoff import outage_delay
@@ -90,9 +90,9 @@ class Worker:
             holds = holds_outbox(engine, consumer, self.options.time_limit)
             self.started_unreachable = holds is None
             job_queue = bool(holds)
-        self.claimer = Claimer(consumer, engine, job_queue=job_queue, broker=broker)
-        self.claimer.on_promoted = self.claim_wake.set
-        self.batch_claimer = BatchClaimer(consumer, engine, job_queue=job_queue, broker=broker)
+        self.heads = HeadPass(consumer, engine, job_queue=job_queue, broker=broker)
+        self.heads.on_promoted = self.claim_wake.set
+        self.claimer = BatchClaimer(consumer, engine, job_queue=job_queue, broker=broker)
         self.runner = BatchRunner(
             consumer,
             engine,
@@ -174,7 +174,7 @@ class Worker:
             self._safely(self.full_head_pass)
         elif now - schedule.last_pass >= self.options.head_pass_interval:
             schedule.last_pass = now
-            self._safely(self.claimer.head_pass)
+            self._safely(self.heads.head_pass)
 
     def _idle_for_good(self, schedule: _Schedule, now: float) -> bool:
         """With ``stop_when_idle``: idle at two checks in a row. The check reads the whole
@@ -185,7 +185,7 @@ class Worker:
         if now - self.last_busy < quiet or now - schedule.last_idle_check < quiet:
             return False
         schedule.last_idle_check = now
-        idle = self.source_empty and bool(self._safely(self.claimer.idle))
+        idle = self.source_empty and bool(self._safely(self.heads.idle))
         schedule.idle_seen = schedule.idle_seen + 1 if idle else 0
         if schedule.idle_seen < 2:
             return False
@@ -235,7 +235,7 @@ class Worker:
                 self.last_busy = time.monotonic()
 
     def _handler_loop(self) -> None:
-        # With an async handler, on this thread's event loop (inbox/handler_calls.py).
+        # With an async handler, on this thread's event loop (inbox/engine/handler_calls.py).
         self.runner.calls.run(self._claim_and_run)
 
     def _claim_and_run(self) -> None:
@@ -247,7 +247,7 @@ class Worker:
         while not self.stop.is_set():
             claimed = False
             try:
-                result = self.batch_claimer.claim_pass(
+                result = self.claimer.claim_pass(
                     self.options.batch_size, list(freed), share=self.options.concurrency
                 )
                 freed = {g: freed[g] + 1 for g in result.undecided if freed[g] < FREED_TRIES}
@@ -271,7 +271,7 @@ class Worker:
             if self.claim_wake.wait(wait):
                 self.claim_wake.clear()
         for group in freed:  # stopping: let another worker take their next heads now
-            self._safely(lambda g=group: self.claimer.promote_group(g))
+            self._safely(lambda g=group: self.heads.promote_group(g))
 
     def _run_batch(self, claims: list[Any]) -> list[str]:
         """Run one claimed batch; returns the groups it freed."""
@@ -289,7 +289,7 @@ class Worker:
             self.claim_wake.set()
         for claim, outcome in outcomes:
             group = claim.serial_group
-            if group is not None and _frees_group(outcome, self.consumer, claim.row.queue):
+            if group is not None and frees_group(outcome, self.consumer, claim.row.queue):
                 freed.append(group)
         return freed
 
@@ -348,7 +348,7 @@ class Worker:
             self.claim_wake.set()
 
     def full_head_pass(self) -> int:
-        return self.claimer.head_pass(full=True)
+        return self.heads.head_pass(full=True)
 
     def _safely(self, action: Any) -> Any:
         try:

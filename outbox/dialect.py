@@ -131,7 +131,7 @@ class Dialect:
     def group_transaction(
         self, conn: Connection, scope: str, group: str | None, timeout: float
     ) -> Iterator[Connection | None]:
-        """Body of ``inbox.locks.group_transaction``: a transaction on ``conn`` holding the
+        """Body of ``inbox.engine.locks.group_transaction``: a transaction on ``conn`` holding the
         lock of (``scope``, ``group``), or just a transaction when ``group`` is None."""
         with conn.begin():
             yield conn

@@ -22,7 +22,6 @@ from sqlalchemy import (
     any_,
     bindparam,
     exists,
-    func,
     literal,
     or_,
     select,
@@ -152,17 +151,6 @@ def mark_refused(
             table.c.attempts == attempts_before,
         )
         .values(attempts=attempts, status=status, available_at=available_at, last_error=error)
-    )
-
-
-def count_by_status(table: Table) -> Select[Any]:
-    return select(table.c.status, func.count()).group_by(table.c.status)
-
-
-def pending_due_exists(table: Table, now: datetime) -> Select[Any]:
-    """Is anything due? (used by tests and ``--stop-when-idle`` diagnostics)."""
-    return select(
-        exists().where(and_(table.c.status == states.PENDING, table.c.available_at <= now))
     )
 
 

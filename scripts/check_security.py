@@ -34,7 +34,7 @@ CODE_BUILTINS = frozenset({"eval", "exec", "compile"})
 
 # (path relative to the repository root, enclosing function, rule) -> why it is safe.
 ALLOWED: dict[tuple[str, str, str], str] = {
-    ("inbox/cli.py", "load_consumer", "SEC003"): (
+    ("inbox/cli/__init__.py", "load_consumer", "SEC003"): (
         "`outbox worker MODULE:CONSUMER`: the module path is the operator's command-line "
         "argument, never message data; handlers are looked up by type in the Consumer registry"
     ),

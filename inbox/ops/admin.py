@@ -1,6 +1,6 @@
 """What ``outbox inbox failed | retry | unblock | prune`` do, without click.
 
-Each function takes an engine, the config (table names) and ``now``; ``inbox.cli_ops`` only
+Each function takes an engine, the config (table names) and ``now``; ``inbox.cli.ops`` only
 parses options and prints. All SQL comes from ``inbox.ops.queries``.
 """
 
@@ -15,9 +15,9 @@ from typing import Any, Unpack
 
 from sqlalchemy import Connection, Engine, Table
 
-from inbox.claims import Claimer
 from inbox.consumer import Consumer
-from inbox.group_state import mark_groups
+from inbox.engine.heads import HeadPass
+from inbox.engine.marks import mark_groups
 from inbox.ingest import wake_payload
 from inbox.ops import queries as q
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
@@ -278,7 +278,7 @@ def _promote(
     for ref in released:
         stub = Consumer(ref.consumer, queues=["retry"], config=config)
         try:
-            if Claimer(stub, engine, job_queue=False).promote_group(ref.group):
+            if HeadPass(stub, engine, job_queue=False).promote_group(ref.group):
                 promoted += 1
         except Exception as exc:  # committed already: say so, never undo the retry
             log.warning("group %r not promoted: %s", ref.group, exc)

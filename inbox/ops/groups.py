@@ -18,9 +18,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, inspect
 
-from inbox import queries as core_queries
 from inbox.consumer import DEFAULT_DELIVERY_WINDOW
 from inbox.ops import queries as q
+from inbox.sql import heads as core_queries
 from outbox import states
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.schema import Schema, schema_for

@@ -28,8 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy import update as sql_update
 
-from inbox.queries import notify as notify
-from inbox.queries import unblock as _unblock
+from inbox.sql.heads import notify as notify
+from inbox.sql.heads import unblock as _unblock
 from outbox import states
 from outbox.dialect import Dialect
 from outbox.ops.queries import matching

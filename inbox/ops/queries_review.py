@@ -1,5 +1,5 @@
 """Every SQL statement of ``outbox inbox review | resolve`` of its own, one per function (the
-ledger and sequence-key statements are ``inbox.queries_contract``'s).
+ledger and sequence-key statements are ``inbox.sql.contract``'s).
 
 SQLAlchemy Core with bound parameters only; table objects come from ``outbox.schema_for``.
 The listings filter on ``state`` first, so they read through ``ix_inbox_finished (state, ...)``

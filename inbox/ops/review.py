@@ -4,7 +4,7 @@ to an operator (``review``, ``unknown``), and the operator's decision on one of 
 A decision is one transaction that locks the row, changes it only if it is still in
 ``review`` or ``unknown`` (conditional UPDATE), does what the decision means for the effect
 ledger, the row's sequence key and its serial group, and writes the audit record. SQL comes
-from ``inbox.ops.queries_review`` and ``inbox.queries_contract``.
+from ``inbox.ops.queries_review`` and ``inbox.sql.contract``.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any, Final
 from sqlalchemy import Connection, Engine, Row, Table, Update
 
 from inbox import contract
-from inbox import queries_contract as qc
 from inbox.consumer import Consumer
-from inbox.group_state import mark_groups
+from inbox.engine.marks import mark_groups
 from inbox.ingest import wake_payload
 from inbox.ops import queries as q
 from inbox.ops import queries_review as qr
+from inbox.sql import contract as qc
 from outbox import states
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.dialect import dialect_of

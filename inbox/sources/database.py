@@ -16,8 +16,8 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from inbox import queries_ingest as queries
 from inbox.ingest import InboxIngest
+from inbox.sql import ingest as queries
 from outbox.clock import utcnow
 from outbox.dialect import dialect_of
 from outbox.schema import schema_for

@@ -15,7 +15,7 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import select
 
-from inbox.claims import Claimer
+from inbox.engine.heads import Claimer
 from outbox import inbox_table, states
 from tests.acceptance.test_s1_s4_ordering import S1, S1_ORDER, check_serial, store
 from tests.support.handlers import consumer

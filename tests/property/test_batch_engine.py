@@ -50,12 +50,12 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, insert,
 from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
-from inbox.batch_claims import BatchClaimer
-from inbox.batch_runner import BatchRunner
-from inbox.claims import Claim, Claimer
+from inbox.engine.claims import BatchClaimer
+from inbox.engine.heads import Claim, Claimer
+from inbox.engine.outcomes import DONE, LOST, _frees_group
+from inbox.engine.runner import BatchRunner
 from inbox.ingest import InboxIngest
 from inbox.rules import expected_order
-from inbox.runner import DONE, LOST, _frees_group
 from inbox.sources.database import DatabaseSource
 from outbox import Message, inbox_table, outbox_table, states, store_many
 from outbox.backoff import Backoff

@@ -34,12 +34,13 @@ from hypothesis.stateful import (
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select, true
 from sqlalchemy.orm import Session
 
-from inbox import Consumer, InboxMessage, queries, unblock
-from inbox.claims import Candidate, Claim, Claimer
+from inbox import Consumer, InboxMessage, unblock
+from inbox.engine.heads import Candidate, Claim, Claimer
+from inbox.engine.locks import group_transaction
+from inbox.engine.outcomes import Runner
 from inbox.ingest import InboxIngest
-from inbox.locks import group_transaction
-from inbox.runner import Runner
 from inbox.sources.database import DatabaseSource
+from inbox.sql import heads as queries
 from outbox import Message, inbox_table, outbox_table, states, store_many
 from outbox.backoff import Backoff
 from outbox.schema import groups_table
@@ -410,7 +411,7 @@ class InboxMachine(RuleBasedStateMachine):
 
     @invariant()
     def a_group_the_head_pass_must_promote_is_marked(self) -> None:
-        """The marked pass reads only marked groups (``inbox/group_state.py``): a group whose
+        """The marked pass reads only marked groups (``inbox/engine/marks.py``): a group whose
         head waits with nothing before it, left unmarked, would wait for the full pass. (A
         head held back by an undelivered outbox row is not promotable: that row's own run
         marks the group when it finishes.)"""

@@ -14,8 +14,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
-from inbox.batch_claims import BatchClaimer
-from inbox.batch_runner import BatchRunner
+from inbox.engine.claims import BatchClaimer
+from inbox.engine.runner import BatchRunner
 from inbox.ingest import InboxIngest
 from outbox import inbox_table
 from outbox.backoff import Backoff

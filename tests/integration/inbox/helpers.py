@@ -12,10 +12,10 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
-from inbox.claims import Candidate, Claimer
-from inbox.group_state import mark_groups
+from inbox.engine.heads import Candidate, Claimer
+from inbox.engine.marks import mark_groups
+from inbox.engine.outcomes import Runner
 from inbox.ingest import InboxIngest
-from inbox.runner import Runner
 from inbox.sources.database import DatabaseSource
 from outbox import Message, inbox_table, store_many
 from outbox.backoff import Backoff
@@ -134,7 +134,7 @@ def rows(engine: Engine, consumer: str = "c1") -> dict[str, Any]:
 
 def set_state(engine: Engine, row_id: int, state: str, **values: Any) -> None:
     """Set a row's state by hand, marking its group for the head pass as every transaction
-    of the engine that changes a group's rows does (``inbox/group_state.py``)."""
+    of the engine that changes a group's rows does (``inbox/engine/marks.py``)."""
     with engine.begin() as conn:
         conn.execute(
             update(inbox_table).where(inbox_table.c.id == row_id).values(state=state, **values)

@@ -16,11 +16,11 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, i
 from sqlalchemy.orm import Session
 
 from inbox import InboxMessage
-from inbox.batch_claims import BatchClaimer
-from inbox.batch_runner import BatchRunner
-from inbox.batching import ISOLATIONS
-from inbox.leases import LeaseKeeper
-from inbox.locks import group_transaction
+from inbox.engine.claims import BatchClaimer
+from inbox.engine.leases import LeaseKeeper
+from inbox.engine.locks import group_transaction
+from inbox.engine.runner import BatchRunner
+from inbox.engine.settings import ISOLATIONS
 from outbox import inbox_table, states
 from tests.integration.inbox.helpers import Kit, make_kit, rows, set_state, store_jobs
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 from sqlalchemy import Engine, select, update
 
-from inbox.locks import group_transaction
+from inbox.engine.locks import group_transaction
 from outbox import inbox_table, states
 from outbox.schema import groups_table
 from tests.integration.inbox.helpers import make_kit, rows, set_state, store_jobs

@@ -13,9 +13,9 @@ import time
 import pytest
 from sqlalchemy import Engine, select
 
-from inbox import queries
-from inbox.claims import Claimer
-from inbox.locks import group_transaction
+from inbox.engine.heads import Claimer
+from inbox.engine.locks import group_transaction
+from inbox.sql import heads as queries
 from outbox import inbox_table, states
 from outbox.wire import Envelope
 from tests.integration.inbox.helpers import (

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, update
 
-from inbox.claims import Claimer
+from inbox.engine.heads import Claimer
 from inbox.ingest import InboxIngest
 from inbox.sources.database import DatabaseSource
 from outbox import outbox_table, states

@@ -9,8 +9,9 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from inbox import queries, rules
-from inbox.claims import Candidate
+from inbox import rules
+from inbox.engine.heads import Candidate
+from inbox.sql import heads as queries
 from outbox import inbox_table, states
 from tests.integration.inbox.helpers import make_kit
 

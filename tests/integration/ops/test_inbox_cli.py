@@ -23,8 +23,8 @@ from sqlalchemy.engine import URL
 
 import outbox
 from inbox.cli import inbox_group
-from inbox.cli_ops import commands as ops_commands
-from inbox.cli_repair import commands as repair_commands
+from inbox.cli.ops import commands as ops_commands
+from inbox.cli.repair import commands as repair_commands
 from outbox import schema, states
 from outbox_cli.main import main
 from tests.integration.inbox.helpers import make_kit, rows, store_jobs

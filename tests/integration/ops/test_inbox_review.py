@@ -13,7 +13,7 @@ import click
 from sqlalchemy import Engine
 
 from inbox.cli import inbox_group
-from inbox.cli_review import commands as review_commands
+from inbox.cli.review import commands as review_commands
 from outbox import states
 from outbox.clock import utcnow
 from tests.integration.ops.review_rows import (

@@ -10,9 +10,12 @@ import pytest
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from inbox import Consumer, InboxMessage, queries, queries_finish, queries_ingest
+from inbox import Consumer, InboxMessage
 from inbox.sources import source_from_url
 from inbox.sources.database import DatabaseSource
+from inbox.sql import finish as queries_finish
+from inbox.sql import heads as queries
+from inbox.sql import ingest as queries_ingest
 from outbox import dialect as seam
 from outbox import inbox_table, outbox_table
 from outbox.errors import ConfigError
@@ -92,11 +95,6 @@ def _statements() -> list[Any]:
             seq=1,
             sent_since=NOW,
         ),
-        queries.claim(t, 1, uuid4(), NOW, NOW),
-        queries.mark_waiting(t, 1, NOW),
-        queries.load(t, 1),
-        queries_finish.renew_lease(t, 1, uuid4(), NOW),
-        queries_finish.finish_done(t, 1, uuid4(), NOW),
         queries_finish.finish_failed(
             t, 1, uuid4(), state="retry", available_at=NOW, last_error="x", now=NOW
         ),

@@ -16,21 +16,32 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
-from inbox import queries_batch as q
 from inbox import rules
-from inbox.claims import Claim
 from inbox.consumer import Consumer
-from inbox.group_state import mark_groups
-from inbox.part import ConsumerPart
+from inbox.engine.marks import mark_groups
+from inbox.engine.part import ConsumerPart
+from inbox.sql import claims as q
 from outbox import states
 from outbox.clock import utcnow
 
-log = logging.getLogger("inbox.claims")
+log = logging.getLogger("inbox.engine.claims")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claimed row: ours while ``token`` is its ``claim_token`` (every finish is fenced
+    by it, G9). ``row``: the row as claimed (type, payload, ...), read by the claim."""
+
+    row_id: int
+    token: UUID
+    serial_group: str | None
+    attempt: int
+    row: Any
 
 
 @dataclass(frozen=True)

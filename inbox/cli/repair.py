@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from inbox.cli_options import consumer_option, group_option, type_option
+from inbox.cli.options import consumer_option, group_option, type_option
 from inbox.ops import admin
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (

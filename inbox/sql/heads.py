@@ -1,5 +1,5 @@
-"""The SQL of claiming one inbox row and of the head-of-group pass, one function per
-statement; the ordering predicates the batched engine (``queries_batch``) reuses.
+"""The SQL of the head-of-group pass and of the blocker checks it makes under the group lock,
+one function per statement (``inbox.engine.heads``); the operator commands reuse some.
 
 SQLAlchemy Core with bound parameters only; names (queue, group, consumer, type) are always
 parameters. ``now`` is always passed in: queries never read the database clock. Ingest and
@@ -30,11 +30,16 @@ from sqlalchemy import (
 )
 
 from inbox.rules import SkipRetry
+from inbox.sql.predicates import (
+    ahead_of,
+    candidate_columns,
+    candidate_conditions,
+    ordering_states,
+)
 from outbox import states
 from outbox.dialect import POSTGRESQL
 
 # A point in time: a value, or a bound parameter of a statement built once (queries_batch).
-Moment = datetime | ColumnElement[Any]
 
 
 def notify(channel: str, payload: str) -> Select[Any]:
@@ -45,46 +50,8 @@ def notify(channel: str, payload: str) -> Select[Any]:
 # --- claim ----------------------------------------------------------------------------------
 
 
-def claimable(table: Table, now: Moment, *, resumed: bool = False) -> ColumnElement[bool]:
-    """States a claim may take. A fresh claim: ready, waiting or a due retry. ``resumed``: a
-    processing row whose lease expired (its worker died: G9), and nothing else.
-
-    The two are separate on purpose: the claimer decides whether the ordering check applies
-    from the state it read; if the row changed state since (an expired claim that its slow
-    worker finished as a retry), the conditional claim must fail rather than start the row
-    without the check it needed.
-    """
-    t = table.c
-    if resumed:
-        return and_(t.state == states.PROCESSING, t.lease_until < now)
-    return or_(
-        t.state.in_((states.READY, states.WAITING)),
-        and_(t.state.in_(DUE_STATES), t.available_at <= now),
-    )
-
-
 # States a row leaves at its ``available_at``: a retry's backoff, a deferred change's
 # check of its sequence gap.
-DUE_STATES = (states.RETRY, states.DEFERRED)
-
-
-def candidate_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
-    """What a claimer reads of each candidate."""
-    t = table.c
-    return (t.id, t.serial_group, t.priority, t.seq, t.state)
-
-
-def candidate_conditions(table: Table, now: Any) -> tuple[ColumnElement[bool], ...]:
-    """One condition per claimable state, each read by its own ordered branch: ready rows,
-    due retries and deferred changes, expired claims. ``now`` is a value or a bind
-    parameter."""
-    t = table.c
-    return (
-        t.state == states.READY,
-        and_(t.state == states.RETRY, t.available_at <= now),
-        and_(t.state == states.DEFERRED, t.available_at <= now),
-        and_(t.state == states.PROCESSING, t.lease_until < now),
-    )
 
 
 def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select[Any]:
@@ -110,38 +77,6 @@ def candidates(table: Table, consumer: str, now: datetime, limit: int) -> Select
     return select(merged).order_by(m.priority, m.seq, m.id).limit(limit)
 
 
-def _ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnElement[bool]:
-    """Rows ordered before (priority, seq, id): the G5 order, id only breaking ties."""
-    t = table.c
-    return or_(
-        t.priority < priority,
-        and_(t.priority == priority, t.seq < seq),
-        and_(t.priority == priority, t.seq == seq, t.id < row_id),
-    )
-
-
-def _ordering_states(table: Table, now: Moment, skip_retry: SkipRetry) -> ColumnElement[bool]:
-    """Unfinished rows that keep their place in the group order. With on_retry="skip" a
-    retry row waiting out its backoff steps aside; once due it is back in line.
-    ``skip_retry``: True for every queue, False for none, or a tuple of queues (a queue's
-    own policy, ``Consumer(queue_policies=...)``)."""
-    t = table.c
-    if skip_retry is True:
-        return or_(
-            t.state.in_((states.READY, states.WAITING)),
-            and_(t.state == states.RETRY, t.available_at <= now),
-        )
-    if skip_retry:
-        return or_(
-            t.state.in_((states.READY, states.WAITING)),
-            and_(
-                t.state == states.RETRY,
-                or_(t.available_at <= now, t.queue.not_in(list(skip_retry))),
-            ),
-        )
-    return t.state.in_((states.READY, states.WAITING, states.RETRY))
-
-
 def inbox_blocker(
     table: Table,
     *,
@@ -164,7 +99,7 @@ def inbox_blocker(
     if ordering:
         condition = or_(
             exclusion,
-            and_(_ordering_states(table, now, skip_retry), _ahead_of(table, priority, seq, row_id)),
+            and_(ordering_states(table, now, skip_retry), ahead_of(table, priority, seq, row_id)),
         )
     return (
         select(t.id, t.state)
@@ -213,74 +148,6 @@ def any_of(checks: Sequence[Select[Any]]) -> Select[Any]:
     return select(or_(*(check.exists() for check in checks)))
 
 
-def claim(
-    table: Table,
-    row_id: int,
-    token: Any,
-    now: datetime,
-    lease_until: datetime,
-    *,
-    resumed: bool = False,
-    returning: bool = False,
-) -> Update:
-    """The conditional claim: succeeds for exactly one worker (rowcount 1), and only while the
-    row is still in the state the claimer's checks were made for (see ``claimable``).
-    ``returning`` (PostgreSQL, SQLite): the claimed row comes back in the same round trip."""
-    t = table.c
-    stmt = (
-        update(table)
-        .where(t.id == row_id, claimable(table, now, resumed=resumed))
-        .values(
-            state=states.PROCESSING,
-            claim_token=token,
-            claimed_at=now,
-            lease_until=lease_until,
-            attempts=t.attempts + 1,
-        )
-    )
-    return stmt.returning(*_loaded(table)) if returning else stmt
-
-
-def mark_waiting(table: Table, row_id: int, now: datetime) -> Update:
-    t = table.c
-    return (
-        update(table)
-        .where(
-            t.id == row_id,
-            or_(t.state == states.READY, and_(t.state.in_(DUE_STATES), t.available_at <= now)),
-        )
-        .values(state=states.WAITING)
-    )
-
-
-def _loaded(table: Table) -> tuple[Any, ...]:
-    """What a runner needs of a claimed row."""
-    t = table.c
-    return (
-        t.id,
-        t.event_id,
-        t.type,
-        t.payload,
-        t.priority,
-        t.serial_group,
-        t.queue,
-        t.headers,
-        t.attempts,
-        t.seq,
-        t.occurred_at,
-        t.claim_token,
-        t.effect_key,
-        t.sequence_key,
-        t.sequence,
-        t.schema_version,
-        t.received_at,
-    )
-
-
-def load(table: Table, row_id: int) -> Select[Any]:
-    return select(*_loaded(table)).where(table.c.id == row_id)
-
-
 # --- head of group --------------------------------------------------------------------------
 
 
@@ -294,7 +161,7 @@ def group_head(
         .where(
             t.consumer == consumer,
             t.serial_group == group,
-            _ordering_states(table, now, skip_retry),
+            ordering_states(table, now, skip_retry),
         )
         .order_by(t.priority, t.seq, t.id)
         .limit(1)

@@ -1,8 +1,11 @@
-"""Claiming inbox rows: group lock, blockers, conditional claim; and the head-of-group pass.
+"""The head-of-group pass: make a group's next message READY once nothing stands before it.
 
-Every claim of a grouped row runs ``lock -> blockers -> UPDATE ... WHERE state IN (ready)``
-in one transaction; the UPDATE's rowcount (1 or 0) decides, so a message delivered twice,
-or a row changed underneath, is claimed by one worker at most (G4, G9).
+A claim pass (``inbox.engine.claims``) takes only the head of a group, and only a group it
+was handed or found a candidate in; a head left WAITING (its group was busy when it was
+looked at) is promoted here, under the group lock, after checking the blockers again: the
+freed group's worker asks at once (``promote_group``), and the worker's periodic pass
+(``head_pass``) catches whatever no one asked for (G6). The idle check of
+``--stop-when-idle`` lives here too: it runs a full pass before deciding.
 """
 
 from __future__ import annotations
@@ -13,31 +16,22 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.exc import OperationalError
 
-from inbox import queries, queries_groups
 from inbox.consumer import Consumer
-from inbox.group_state import mark_groups
+from inbox.engine.locks import group_transaction
+from inbox.engine.marks import mark_groups
+from inbox.engine.part import ConsumerPart
 from inbox.ingest import wake_payload
-from inbox.locks import group_transaction
-from inbox.part import ConsumerPart
 from inbox.rules import SkipRetry
+from inbox.sql import groups as queries_groups
+from inbox.sql import heads as queries
 from outbox import states
 from outbox.clock import utcnow
 
-log = logging.getLogger("inbox.claims")
-
-
-@dataclass(frozen=True)
-class Claim:
-    row_id: int
-    token: UUID
-    serial_group: str | None
-    attempt: int
-    row: Any = None  # the row as claimed (type, payload, ...), read in the claim transaction
+log = logging.getLogger("inbox.engine.heads")
 
 
 @dataclass(frozen=True)
@@ -49,8 +43,8 @@ class Candidate:
     state: str
 
 
-class Claimer(ConsumerPart):
-    """Claims for one consumer on one database.
+class HeadPass(ConsumerPart):
+    """The head-of-group pass for one consumer on one database.
 
     ``job_queue``: the outbox lives in this database, so its undelivered rows are members of
     their groups (G5); None = find out (does the database hold the outbox table?).
@@ -66,10 +60,8 @@ class Claimer(ConsumerPart):
         job_queue: bool | None = None,
         broker: bool = False,
         clock: Callable[[], datetime] = utcnow,
-        batch: int = 20,
     ) -> None:
         super().__init__(consumer, engine, clock)
-        self.batch = batch
         self.broker = broker
         if job_queue is None:
             job_queue = inspect(engine).has_table(self.outbox.name)
@@ -84,86 +76,13 @@ class Claimer(ConsumerPart):
     def skip_retry(self) -> SkipRetry:
         return self.consumer.skip_retry
 
-    # --- claim ------------------------------------------------------------------------------
-
-    def claim_next(self) -> Claim | None:
-        """Claim the most urgent row that may run now, or None. Never raises for a busy lock
-        or a lost race: the row is simply tried again later."""
-        for row in self.candidates(self.batch):
-            candidate = Candidate(row.id, row.serial_group, row.priority, row.seq, row.state)
-            try:
-                claim = self.try_claim(candidate, lock_timeout=0)
-            except OperationalError as exc:  # lock/statement timeout, database busy
-                log.warning("claim of inbox row %s deferred: %s", candidate.id, exc.orig)
-                continue
-            if claim is not None:
-                return claim
-        return None
-
     def candidates(self, limit: int) -> list[Any]:
+        """Up to ``limit`` rows a claim pass could take now (the idle check reads one)."""
         statement = queries.candidates(self.inbox, self.consumer.name, self.clock(), limit)
         with self._reader.connect() as conn:
             return list(conn.execute(statement).all())
 
-    def try_claim(self, candidate: Candidate, lock_timeout: float | None = None) -> Claim | None:
-        """Claim one candidate. ``lock_timeout`` 0 (what ``claim_next`` uses): if another
-        worker holds the group lock right now, give up at once and try another candidate."""
-        group = candidate.serial_group
-        resumed = candidate.state == states.PROCESSING
-        if group is None and self.dialect.cheap_autocommit and self.dialect.returning:
-            # No lock and no check: the conditional UPDATE ... RETURNING alone decides.
-            with self._reader.connect() as conn:
-                return self._claim(conn, candidate, None, self.clock(), resumed=resumed)
-        timeout = self.consumer.group_lock_timeout if lock_timeout is None else lock_timeout
-        with group_transaction(self.engine, self.consumer.name, group, timeout) as conn:
-            if conn is None:
-                return None  # the group lock is busy: later
-            now = self.clock()
-            # A processing row whose lease expired was already running: taking it back is a
-            # continuation, so only exclusion applies to it, not ordering. The claim below
-            # then requires that state still, so a row that changed meanwhile is not started
-            # without the ordering check.
-            if group is not None and self.blocked(conn, candidate, now, ordering=not resumed):
-                conn.execute(queries.mark_waiting(self.inbox, candidate.id, now))
-                mark_groups(conn, self.groups, self.consumer.name, [group])
-                return None
-            return self._claim(conn, candidate, group, now, resumed=resumed)
-
-    def _claim(
-        self,
-        conn: Connection,
-        candidate: Candidate,
-        group: str | None,
-        now: datetime,
-        *,
-        resumed: bool = False,
-    ) -> Claim | None:
-        """The conditional claim: ours only if it changed exactly one row."""
-        token = uuid4()
-        lease = now + timedelta(seconds=self.consumer.visibility_timeout)
-        statement = queries.claim(
-            self.inbox,
-            candidate.id,
-            token,
-            now,
-            lease,
-            resumed=resumed,
-            returning=self.dialect.returning,
-        )
-        result = conn.execute(statement)
-        if self.dialect.returning:
-            row = result.first()
-            if row is None:
-                return None  # someone else claimed or finished it first
-        else:
-            if result.rowcount != 1:
-                return None
-            row = conn.execute(queries.load(self.inbox, candidate.id)).one()
-        return Claim(candidate.id, token, group, int(row.attempts), row)
-
-    def blocked(
-        self, conn: Connection, row: Candidate, now: datetime, ordering: bool = True
-    ) -> bool:
+    def blocked(self, conn: Connection, row: Candidate, now: datetime) -> bool:
         """Does anything stand before ``row`` in its group? All checks in one statement,
         one snapshot (see ``queries.any_of``)."""
         assert row.serial_group is not None
@@ -177,10 +96,9 @@ class Claimer(ConsumerPart):
                 seq=row.seq,
                 now=now,
                 skip_retry=self.skip_retry,
-                ordering=ordering,
             )
         ]
-        if ordering and self.job_queue:
+        if self.job_queue:
             sent_since = (
                 now - timedelta(seconds=self.consumer.delivery_window) if self.broker else None
             )
@@ -204,21 +122,6 @@ class Claimer(ConsumerPart):
         """Make the group's head READY if it is WAITING and nothing stands before it (the
         periodic pass, ``unblock``), and wake the workers."""
         return bool(self._promote(group))
-
-    def take_next(self, group: str) -> Claim | None:
-        """The worker that just finished a message of ``group`` claims the group's next head
-        itself, in the same locked transaction: it starts at once, no poll interval, no herd
-        of woken workers racing for it. None: nothing claimable now, or not decided."""
-        try:
-            with self._group_lock(group) as conn:
-                if conn is None:
-                    return None  # not in time: the periodic pass will do it
-                now = self.clock()
-                head = self._free_head(conn, group, now, waiting_only=False)
-                return None if head is None else self._claim(conn, head, group, now)
-        except OperationalError as exc:
-            log.warning("head of group %r deferred: %s", group, exc.orig)
-            return None
 
     def _promote(self, group: str) -> bool | None:
         """True: promoted; False: nothing to promote; None: not decided (the group lock was
@@ -261,7 +164,7 @@ class Claimer(ConsumerPart):
         """Promote every group whose head is WAITING with nothing running (safety net).
         Returns how many heads were promoted.
 
-        Reads only the groups marked in ``<inbox>_groups`` (``inbox/group_state.py``), a
+        Reads only the groups marked in ``<inbox>_groups`` (``inbox/engine/marks.py``), a
         chunk at a time: lock their marks (``SKIP LOCKED``: a mark a running transaction is
         writing stays for the next pass) and clear them, then, in a later statement that
         sees whatever a marking transaction committed, find their waiting heads and promote

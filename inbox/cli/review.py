@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from inbox.cli_options import consumer_option
+from inbox.cli.options import consumer_option
 from inbox.ops import review
 from outbox.clock import utcnow
 from outbox.ops.cli_common import (

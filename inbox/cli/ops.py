@@ -1,5 +1,5 @@
 """``outbox inbox failed | prune | groups`` (registered on ``inbox_group``; retry and unblock
-are in ``inbox.cli_repair``).
+are in ``inbox.cli.repair``).
 
 Every option reads an environment variable; listing commands have ``--json``; progress bars
 go to stderr (a bar on a terminal, the label once otherwise) so ``--json`` stays parseable;
@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from inbox.cli_options import consumer_option, group_option, type_option
+from inbox.cli.options import consumer_option, group_option, type_option
 from inbox.ops import admin
 from inbox.ops.groups import blocked_groups
 from outbox.clock import utcnow

@@ -23,8 +23,8 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from inbox import contract
-from inbox import queries_contract as qc
-from inbox.part import ConsumerPart
+from inbox.engine.part import ConsumerPart
+from inbox.sql import contract as qc
 from outbox import states
 
 

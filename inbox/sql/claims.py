@@ -1,6 +1,6 @@
-"""The SQL of the batched engine (``inbox/batch_claims.py``, ``inbox/batch_runner.py``).
+"""The SQL of the batched engine (``inbox/engine/claims.py``, ``inbox/engine/runner.py``).
 
-Same rules as ``inbox/queries.py``, whose predicates it reuses; each statement here handles a
+Same rules as ``inbox/sql/heads.py``, whose predicates it reuses; each statement here handles a
 whole batch, so a batch of N messages costs a fixed number of round trips, not N times one.
 The statements a batch runs every time are built once (``lru_cache``) with named parameters:
 building a SQLAlchemy statement costs more than running it. Lists go in as expanding ``IN``
@@ -33,15 +33,15 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from inbox.queries import (
+from inbox.rules import SkipRetry
+from inbox.sql.predicates import (
     DUE_STATES,
-    _loaded,
-    _ordering_states,
     candidate_columns,
     candidate_conditions,
     claimable,
+    loaded_columns,
+    ordering_states,
 )
-from inbox.rules import SkipRetry
 from outbox import states
 from outbox.dialect import Dialect
 
@@ -121,7 +121,7 @@ def group_views(
             .over(partition_by=t.serial_group, order_by=(t.priority, t.seq, t.id))
             .label("place"),
         )
-        .where(mine, _ordering_states(inbox, now, skip_retry))
+        .where(mine, ordering_states(inbox, now, skip_retry))
         .subquery("in_line")
     )
     i = in_line.c
@@ -188,7 +188,7 @@ def _group_views_pg(
         .where(
             t.consumer == consumer,
             t.serial_group == g_head.c.name,
-            _ordering_states(inbox, now, skip_retry),
+            ordering_states(inbox, now, skip_retry),
         )
         .order_by(t.priority, t.seq, t.id)
         .limit(1)
@@ -298,14 +298,14 @@ def claim_many(table: Table, returning: bool) -> Update:
             attempts=t.attempts + 1,
         )
     )
-    return stmt.returning(*_loaded(table)) if returning else stmt
+    return stmt.returning(*loaded_columns(table)) if returning else stmt
 
 
 @lru_cache(maxsize=64)
 def load_claimed(table: Table) -> Select[Any]:
     """MariaDB/MySQL (no UPDATE ... RETURNING): which of ``ids`` this pass claimed
     (``token``)."""
-    return select(*_loaded(table)).where(_held(table))
+    return select(*loaded_columns(table)).where(_held(table))
 
 
 @lru_cache(maxsize=64)

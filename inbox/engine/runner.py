@@ -29,30 +29,30 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from inbox import queries_batch as q
-from inbox.batching import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
-from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
-from inbox.gate import Decided, Gate
-from inbox.group_state import mark_groups
-from inbox.handler_calls import HandlerCalls
-from inbox.ingest import wake_payload
-from inbox.part import ConsumerPart
-from inbox.queries import DUE_STATES
-from inbox.runner import (
+from inbox.engine.claims import Claim
+from inbox.engine.gate import Decided, Gate
+from inbox.engine.handler_calls import HandlerCalls
+from inbox.engine.marks import mark_groups
+from inbox.engine.outcomes import (
     DONE,
     LOST,
-    _describe,
-    _message,
     count_outcome,
     decided_outcome,
+    describe,
     finish_decided,
     finish_failure,
+    message_of,
 )
+from inbox.engine.part import ConsumerPart
+from inbox.engine.settings import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
+from inbox.ingest import wake_payload
+from inbox.sql import claims as q
+from inbox.sql.predicates import DUE_STATES
 from outbox import metrics
 from outbox.clock import utcnow
 
-log = logging.getLogger("inbox.runner")
+log = logging.getLogger("inbox.engine.runner")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Failed:
     exc: BaseException | None = None  # what the handler raised (None: refused before it ran)
 
 
-# A claim the gate finished instead of its handler (inbox/gate.py).
+# A claim the gate finished instead of its handler (inbox/engine/gate.py).
 Gated = tuple[Claim, Decided]
 
 
@@ -223,7 +223,7 @@ class BatchRunner(ConsumerPart):
         """Run one handler behind the gate (its checks and writes in the handler's
         savepoint, or transaction, so a failing handler takes them back with its effect)."""
         row = claim.row
-        message = _message(row, claim.attempt)
+        message = message_of(row, claim.attempt)
         started = time.perf_counter()
         now = self.clock()
         try:
@@ -238,7 +238,7 @@ class BatchRunner(ConsumerPart):
                     self.calls.call(handler, session, message)
                     session.flush()  # the handler's pending ORM writes fail here, as its own
         except Exception as exc:
-            return Failed(claim, _describe(exc), self.consumer.is_permanent(exc), exc)
+            return Failed(claim, describe(exc), self.consumer.is_permanent(exc), exc)
         finally:
             # Kept per claim, observed once its outcome committed: a run rolled back by
             # "rerun" is replaced by the run that counted (one observation per message).

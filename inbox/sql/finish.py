@@ -1,4 +1,5 @@
-"""The SQL of a claimed row while and after its handler runs: lease renewal and the finish.
+"""The SQL of one failed or gate-decided claim's finish (the batch's done marks and lease
+renewals are ``inbox.sql.claims``'s).
 
 Every state change after the claim names the claim token it holds (G9), so a worker whose
 claim was taken back cannot finish the row a second time.
@@ -18,18 +19,6 @@ def _fenced(table: Table, row_id: int, token: Any) -> ColumnElement[bool]:
     """Every state change after the claim names the token it holds (G9)."""
     t = table.c
     return and_(t.id == row_id, t.claim_token == token, t.state == states.PROCESSING)
-
-
-def renew_lease(table: Table, row_id: int, token: Any, lease_until: datetime) -> Update:
-    return update(table).where(_fenced(table, row_id, token)).values(lease_until=lease_until)
-
-
-def finish_done(table: Table, row_id: int, token: Any, now: datetime) -> Update:
-    return (
-        update(table)
-        .where(_fenced(table, row_id, token))
-        .values(state=states.DONE, finished_at=now, lease_until=None, last_error=None)
-    )
 
 
 def finish_failed(

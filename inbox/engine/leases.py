@@ -15,13 +15,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from inbox import queries_batch as q
-from inbox.claims import Claim
 from inbox.consumer import Consumer
-from inbox.part import ConsumerPart
+from inbox.engine.claims import Claim
+from inbox.engine.part import ConsumerPart
+from inbox.sql import claims as q
 from outbox.clock import utcnow
 
-log = logging.getLogger("inbox.leases")
+log = logging.getLogger("inbox.engine.leases")
 
 
 class LeaseKeeper(ConsumerPart):

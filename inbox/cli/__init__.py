@@ -9,17 +9,17 @@ import sys
 
 import click
 
-from inbox.batching import (
+from inbox.cli.ops import commands as ops_commands
+from inbox.cli.repair import commands as repair_commands
+from inbox.cli.review import commands as review_commands
+from inbox.consumer import Consumer
+from inbox.engine.settings import (
     DEFAULT_BATCH_SECONDS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_ISOLATION,
     ISOLATIONS,
     Isolation,
 )
-from inbox.cli_ops import commands as ops_commands
-from inbox.cli_repair import commands as repair_commands
-from inbox.cli_review import commands as review_commands
-from inbox.consumer import Consumer
 from outbox import dsn as dsn_mod
 from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack, queues_option
 from outbox.cli_support import fail as _fail

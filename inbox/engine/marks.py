@@ -3,7 +3,7 @@
 Called inside every transaction that may leave a group's head waiting with nothing
 running, with the groups it touched: a finish frees its group; a claim that set rows waiting
 saw the group busy, and the row that kept it busy may have finished since; an unblock frees
-a halted group. The head pass reads only marked groups (``Claimer.head_pass``).
+a halted group. The head pass reads only marked groups (``HeadPass.head_pass``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from sqlalchemy import Connection, Table
 from sqlalchemy.orm import Session
 
-from inbox import queries_groups
+from inbox.sql import groups as queries_groups
 from outbox.dialect import dialect_of
 
 

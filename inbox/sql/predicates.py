@@ -1,0 +1,117 @@
+"""The predicates and columns that the claim pass (``inbox.sql.claims``) and the head-of-group
+pass (``inbox.sql.heads``) share: which states a claim may take, what is a candidate, what is
+in line before a row, and what a runner reads of a claimed row.
+
+Bound parameters only; ``now`` is always passed in (a value, or a bound parameter of a
+statement built once): queries never read the database clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Table, and_, or_
+
+from inbox.rules import SkipRetry
+from outbox import states
+
+# Finished for now, due again at ``available_at``: a retry, or a change waiting for its
+# predecessor (a sequence gap).
+DUE_STATES = (states.RETRY, states.DEFERRED)
+
+# A point in time: a value, or a bound parameter of a statement built once.
+Moment = datetime | ColumnElement[Any]
+
+
+def claimable(table: Table, now: Moment, *, resumed: bool = False) -> ColumnElement[bool]:
+    """States a claim may take. A fresh claim: ready, waiting or a due retry. ``resumed``: a
+    processing row whose lease expired (its worker died: G9), and nothing else.
+
+    The two are separate on purpose: the claimer decides whether the ordering check applies
+    from the state it read; if the row changed state since (an expired claim that its slow
+    worker finished as a retry), the conditional claim must fail rather than start the row
+    without the check it needed.
+    """
+    t = table.c
+    if resumed:
+        return and_(t.state == states.PROCESSING, t.lease_until < now)
+    return or_(
+        t.state.in_((states.READY, states.WAITING)),
+        and_(t.state.in_(DUE_STATES), t.available_at <= now),
+    )
+
+
+def candidate_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
+    """What a claimer reads of each candidate."""
+    t = table.c
+    return (t.id, t.serial_group, t.priority, t.seq, t.state)
+
+
+def candidate_conditions(table: Table, now: Any) -> tuple[ColumnElement[bool], ...]:
+    """One condition per claimable state, each read by its own ordered branch: ready rows,
+    due retries and deferred changes, expired claims. ``now`` is a value or a bind
+    parameter."""
+    t = table.c
+    return (
+        t.state == states.READY,
+        and_(t.state == states.RETRY, t.available_at <= now),
+        and_(t.state == states.DEFERRED, t.available_at <= now),
+        and_(t.state == states.PROCESSING, t.lease_until < now),
+    )
+
+
+def ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnElement[bool]:
+    """Rows ordered before (priority, seq, id): the G5 order, id only breaking ties."""
+    t = table.c
+    return or_(
+        t.priority < priority,
+        and_(t.priority == priority, t.seq < seq),
+        and_(t.priority == priority, t.seq == seq, t.id < row_id),
+    )
+
+
+def ordering_states(table: Table, now: Moment, skip_retry: SkipRetry) -> ColumnElement[bool]:
+    """Unfinished rows that keep their place in the group order. With on_retry="skip" a
+    retry row waiting out its backoff steps aside; once due it is back in line.
+    ``skip_retry``: True for every queue, False for none, or a tuple of queues (a queue's
+    own policy, ``Consumer(queue_policies=...)``)."""
+    t = table.c
+    if skip_retry is True:
+        return or_(
+            t.state.in_((states.READY, states.WAITING)),
+            and_(t.state == states.RETRY, t.available_at <= now),
+        )
+    if skip_retry:
+        return or_(
+            t.state.in_((states.READY, states.WAITING)),
+            and_(
+                t.state == states.RETRY,
+                or_(t.available_at <= now, t.queue.not_in(list(skip_retry))),
+            ),
+        )
+    return t.state.in_((states.READY, states.WAITING, states.RETRY))
+
+
+def loaded_columns(table: Table) -> tuple[Any, ...]:
+    """What a runner needs of a claimed row."""
+    t = table.c
+    return (
+        t.id,
+        t.event_id,
+        t.type,
+        t.payload,
+        t.priority,
+        t.serial_group,
+        t.queue,
+        t.headers,
+        t.attempts,
+        t.seq,
+        t.occurred_at,
+        t.claim_token,
+        t.effect_key,
+        t.sequence_key,
+        t.sequence,
+        t.schema_version,
+        t.received_at,
+    )

@@ -17,7 +17,7 @@ from inbox.sql import finish as queries_finish
 from inbox.sql import heads as queries
 from inbox.sql import ingest as queries_ingest
 from outbox import dialect as seam
-from outbox import inbox_table, outbox_table
+from outbox import group_locks, inbox_table, outbox_table
 from outbox.errors import ConfigError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -109,11 +109,11 @@ def _statements() -> list[Any]:
         ("mysql", queries_ingest.ingest_mysql(t).values(rows)),
         ("postgresql", queries.notify("outbox_relay", "inbox:c")),
         ("postgresql", seam.POSTGRESQL.notify("outbox_relay", "inbox:c")),
-        ("postgresql", seam.pg_advisory_xact_lock(1)),
-        ("postgresql", seam.pg_try_advisory_xact_lock(1)),
-        ("postgresql", seam.pg_lock_timeout(100)),
-        ("mysql", seam.mysql_get_lock("obx:x", 0.5)),
-        ("mysql", seam.mysql_release_lock("obx:x")),
+        ("postgresql", group_locks.pg_advisory_xact_lock(1)),
+        ("postgresql", group_locks.pg_try_advisory_xact_lock(1)),
+        ("postgresql", group_locks.pg_lock_timeout(100)),
+        ("mysql", group_locks.mysql_get_lock("obx:x", 0.5)),
+        ("mysql", group_locks.mysql_release_lock("obx:x")),
     ]
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from inbox import rules
 from inbox.rules import Row, after_failure, blocker, expected_order, head
-from outbox import dialect, states
+from outbox import group_locks, states
 from outbox.backoff import Backoff
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -23,17 +23,17 @@ def test_s1_expected_order() -> None:
 
 
 def test_pg_key_has_the_namespace_in_the_upper_32_bits_and_fits_a_bigint() -> None:
-    key = dialect.pg_lock_key("consumer", "transcribe/rec-1")
-    assert key >> 32 == dialect.PG_LOCK_NAMESPACE
+    key = group_locks.pg_lock_key("consumer", "transcribe/rec-1")
+    assert key >> 32 == group_locks.PG_LOCK_NAMESPACE
     assert 0 < key < 2**63
-    assert key == dialect.pg_lock_key("consumer", "transcribe/rec-1")
-    assert key != dialect.pg_lock_key("other", "transcribe/rec-1")
+    assert key == group_locks.pg_lock_key("consumer", "transcribe/rec-1")
+    assert key != group_locks.pg_lock_key("other", "transcribe/rec-1")
 
 
 def test_mysql_lock_name_fits_64_characters_for_the_longest_group() -> None:
-    name = dialect.mysql_lock_name("c" * 255, "g" * 255)
-    assert len(name) <= 64 and name.startswith(dialect.MYSQL_LOCK_PREFIX)
-    assert dialect.mysql_lock_name("a", "bc") != dialect.mysql_lock_name("ab", "c")
+    name = group_locks.mysql_lock_name("c" * 255, "g" * 255)
+    assert len(name) <= 64 and name.startswith(group_locks.MYSQL_LOCK_PREFIX)
+    assert group_locks.mysql_lock_name("a", "bc") != group_locks.mysql_lock_name("ab", "c")
 
 
 def test_processing_clause_blocks_an_urgent_newcomer() -> None:

@@ -166,7 +166,7 @@ class BatchClaimer(ConsumerPart):
                     heads.append(decision.claim.id)
         if heads and self.dialect.row_locks:
             # A head that was not our candidate may be row-locked by another claimer right
-            # now: skip it rather than wait (see ``queries_batch.lock_rows``).
+            # now: skip it rather than wait (see ``inbox.sql.claims.lock_rows``).
             got = set(conn.execute(q.lock_rows(self.inbox), {"ids": heads}).scalars())
             chosen.fresh = [i for i in chosen.fresh if i not in heads or i in got]
         return chosen

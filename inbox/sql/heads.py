@@ -2,8 +2,7 @@
 one function per statement (``inbox.engine.heads``); the operator commands reuse some.
 
 SQLAlchemy Core with bound parameters only; names (queue, group, consumer, type) are always
-parameters. ``now`` is always passed in: queries never read the database clock. Ingest and
-the database source: ``queries_ingest``; the finish: ``queries_finish``.
+parameters. ``now`` is always passed in: queries never read the database clock.
 """
 
 from __future__ import annotations
@@ -38,8 +37,6 @@ from inbox.sql.predicates import (
 )
 from outbox import states
 from outbox.dialect import POSTGRESQL
-
-# A point in time: a value, or a bound parameter of a statement built once (queries_batch).
 
 
 def notify(channel: str, payload: str) -> Select[Any]:

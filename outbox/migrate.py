@@ -15,7 +15,7 @@ from sqlalchemy.engine import URL
 
 from outbox.config import DEFAULT_CONFIG, OutboxConfig
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "outbox_alembic_version"
 
 

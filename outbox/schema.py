@@ -2,7 +2,7 @@
 
 ``outbox.metadata`` holds them under their default names so users can add them to their own
 Alembic history; ``schema_for(config)`` builds them under configured names. Migrations in
-``migrations/`` must produce exactly this (a test compares them on every dialect).
+``outbox/migrations/`` must produce exactly this (a test compares them on every dialect).
 """
 
 from __future__ import annotations

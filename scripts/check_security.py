@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PATHS = ("outbox", "inbox", "relay", "migrations", "scripts", "bench")
+DEFAULT_PATHS = ("outbox", "inbox", "relay", "scripts", "bench")
 
 UNSAFE_MODULES = frozenset(
     {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle"}

@@ -30,7 +30,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from inbox import queries_batch as q
-from inbox.batching import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
+from inbox.batching import ISOLATIONS, Isolation, WorkerOptions
 from inbox.claims import Claim
 from inbox.consumer import Consumer, Handler
 from inbox.gate import Decided, Gate
@@ -94,8 +94,8 @@ class BatchRunner(ConsumerPart):
         consumer: Consumer,
         engine: Engine,
         *,
-        isolation: Isolation = DEFAULT_ISOLATION,
-        batch_seconds: float = DEFAULT_BATCH_SECONDS,
+        isolation: Isolation = WorkerOptions.isolation,
+        batch_seconds: float = WorkerOptions.batch_seconds,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         if isolation not in ISOLATIONS:

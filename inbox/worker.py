@@ -21,12 +21,7 @@ from sqlalchemy import Engine
 from inbox import queries_batch as q
 from inbox.batch_claims import BatchClaimer
 from inbox.batch_runner import BatchRunner
-from inbox.batching import (
-    DEFAULT_BATCH_SECONDS,
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_ISOLATION,
-    Isolation,
-)
+from inbox.batching import WorkerOptions as WorkerOptions
 from inbox.claims import Claimer
 from inbox.consumer import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
@@ -46,22 +41,6 @@ log = logging.getLogger("inbox.worker")
 # past that the head-of-group pass promotes its head.
 FREED_RETRY_SECONDS = 0.01
 FREED_TRIES = 50
-
-
-@dataclass
-class WorkerOptions:
-    concurrency: int = 1
-    poll_interval: float = 1.0
-    head_pass_interval: float = 5.0  # the groups marked since the last pass
-    full_head_pass_interval: float = 300.0  # every group with rows in line; also at start
-    stop_when_idle: bool = False
-    time_limit: float | None = None
-    batch: int = 100  # messages received per ingest
-    # Handlers per database transaction (1: one transaction per message), how a raising
-    # handler is kept from the others' effects, and when a slow batch commits early.
-    batch_size: int = DEFAULT_BATCH_SIZE
-    isolation: Isolation = DEFAULT_ISOLATION
-    batch_seconds: float = DEFAULT_BATCH_SECONDS
 
 
 class Worker:

@@ -34,8 +34,8 @@ from inbox import Consumer, InboxMessage
 from inbox.engine.claims import BatchClaimer
 from inbox.engine.outcomes import frees_group
 from inbox.engine.runner import BatchRunner
-from inbox.engine.settings import ISOLATIONS, Isolation
 from inbox.ingest import InboxIngest
+from inbox.settings import ISOLATIONS, Isolation
 from inbox.sources.database import DatabaseSource
 from outbox import Message, migrate, store_many
 from outbox.backoff import Backoff

@@ -3,8 +3,9 @@
 Ours: ``outbox worker bench.consumer_handlers:consumer --stop-when-idle``, database source;
 jobs/s = n / (first message taken -> last handler done), so process start-up is not counted.
 ``--batch-size N`` (handlers per database transaction) is passed only for the N=1 runs; the
-default runs pass nothing (and drop OUTBOX_BATCH_SIZE from the environment). A worker whose
-``--help`` has no ``--batch-size`` gets no N=1 run: its column reads n/a.
+default runs pass nothing (and drop OUTBOX_WORKER_BATCH_SIZE, and the older OUTBOX_BATCH_SIZE,
+from the environment). A worker whose ``--help`` has no ``--batch-size`` gets no N=1 run: its
+column reads n/a.
 """
 
 from __future__ import annotations

@@ -162,8 +162,10 @@ def inbox_span(engine: Engine, exclude: Sequence[uuid.UUID] = ()) -> float:
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT)
-    # A default-batch run must not inherit a batch size from the shell.
+    # A default-batch run must not inherit a batch size from the shell (under the name of
+    # the worker measured: older ones read OUTBOX_BATCH_SIZE, newer refuse it).
     env.pop("OUTBOX_BATCH_SIZE", None)
+    env.pop("OUTBOX_WORKER_BATCH_SIZE", None)
     env.update(extra or {})
     return env
 

@@ -24,13 +24,8 @@ from inbox.engine.heads import HeadPass
 from inbox.engine.leases import LeaseKeeper
 from inbox.engine.outcomes import DONE, LOST, frees_group
 from inbox.engine.runner import BatchRunner
-from inbox.engine.settings import (
-    DEFAULT_BATCH_SECONDS,
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_ISOLATION,
-    Isolation,
-)
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
+from inbox.settings import WorkerOptions as WorkerOptions
 from inbox.sql import claims as q
 from inbox.startup import brief, holds_outbox
 from outbox import metrics, states
@@ -46,22 +41,6 @@ log = logging.getLogger("inbox.worker")
 # past that the head-of-group pass promotes its head.
 FREED_RETRY_SECONDS = 0.01
 FREED_TRIES = 50
-
-
-@dataclass
-class WorkerOptions:
-    concurrency: int = 1
-    poll_interval: float = 1.0
-    head_pass_interval: float = 5.0  # the groups marked since the last pass
-    full_head_pass_interval: float = 300.0  # every group with rows in line; also at start
-    stop_when_idle: bool = False
-    time_limit: float | None = None
-    batch: int = 100  # messages received per ingest
-    # Handlers per database transaction (1: one transaction per message), how a raising
-    # handler is kept from the others' effects, and when a slow batch commits early.
-    batch_size: int = DEFAULT_BATCH_SIZE
-    isolation: Isolation = DEFAULT_ISOLATION
-    batch_seconds: float = DEFAULT_BATCH_SECONDS
 
 
 class Worker:

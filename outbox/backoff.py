@@ -27,8 +27,11 @@ class Backoff:
     """
 
     base_seconds: float = 1.0
+    """The ceiling after the first failed attempt, doubled after each next one. Default 1.0."""
     max_seconds: float = 300.0
+    """The highest ceiling. Default 300.0."""
     jitter: Jitter = "full"
+    """``"full"``: a delay drawn up to the ceiling; ``"none"``: the ceiling. Default ``"full"``."""
 
     def __post_init__(self) -> None:
         for label, value in (
@@ -70,7 +73,11 @@ class Backoff:
         return timedelta(seconds=r.uniform(0.0, ceiling))
 
 
-def outage_delay(consecutive_failures: int, cap_seconds: float = 30.0) -> float:
+# The longest whole-process pause after an outage, unless told otherwise.
+OUTAGE_CAP_SECONDS = 30.0
+
+
+def outage_delay(consecutive_failures: int, cap_seconds: float = OUTAGE_CAP_SECONDS) -> float:
     """Whole-process pause after a broker or database outage: 1, 2, 4 ... ``cap`` seconds.
 
     No jitter: one process waits, not a herd of rows.

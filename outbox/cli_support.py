@@ -1,17 +1,20 @@
 """What every ``outbox`` subcommand shares: the option helper, the DSN help text, the
-database and metrics options, and the clean failure exit."""
+database and metrics options, the clean failure exit, and the environment variables no
+command reads any more."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
 from outbox import dsn as dsn_mod
+from outbox.config import OutboxConfig
 
 DSN_HELP = (
     "Database URL: postgresql://user:pass@host/db, mysql://user:pass@host/db "
@@ -22,9 +25,71 @@ DSN_HELP = (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@dataclasses.dataclass(frozen=True)
+class Retired:
+    """An environment variable that commands read with different meanings (types, ranges,
+    defaults): each now reads a name of its own, ``successors`` (name -> who reads it, as
+    what)."""
+
+    why: str
+    successors: Mapping[str, str]
+
+    def message(self, name: str) -> str:
+        named = [f"{new} ({meaning})" for new, meaning in self.successors.items()]
+        return f"{name} is no longer read: {self.why}. Set {', '.join(named[:-1])} or {named[-1]}."
+
+
+# An environment file written for one command must not change another's behaviour, and an
+# old one must not silently lose a setting: a command whose option succeeds one of these
+# refuses to start while it is set (a usage error, exit 2) and says what to set instead.
+RETIRED_ENV: dict[str, Retired] = {
+    "OUTBOX_BATCH_SIZE": Retired("it meant two things", {
+        "OUTBOX_RELAY_BATCH_SIZE": "relay: rows per fetch",
+        "OUTBOX_WORKER_BATCH_SIZE": "worker: handlers per transaction",
+    }),
+    "OUTBOX_QUEUE": Retired("it meant three things", {
+        "OUTBOX_RELAY_QUEUES": "relay: the queues it publishes",
+        "OUTBOX_WORKER_QUEUES": "worker: which of the consumer's queues it receives",
+        "OUTBOX_FILTER_QUEUE": "failed, retry, republish: only rows of this queue",
+    }),
+    "OUTBOX_POLL_INTERVAL": Retired("the relay and the worker read it with different ranges", {
+        "OUTBOX_RELAY_POLL_INTERVAL": "relay: seconds between polls, at least 0.001",
+        "OUTBOX_WORKER_POLL_INTERVAL": "worker: seconds between looks, 0.01 to 60",
+    }),
+    "OUTBOX_TIME_LIMIT": Retired("the relay and the worker read it with different ranges", {
+        "OUTBOX_RELAY_TIME_LIMIT": "relay: seconds, then exit after the current batch",
+        "OUTBOX_WORKER_TIME_LIMIT": "worker: seconds, then exit after the running handlers",
+    }),
+    "OUTBOX_LIMIT": Retired("its default differed by command", {
+        "OUTBOX_LIST_LIMIT": "failed, inbox failed, inbox groups: default 100",
+        "OUTBOX_INBOX_REVIEW_LIMIT": "inbox review: default 50",
+    }),
+}  # fmt: skip
+_RETIRED_BY_SUCCESSOR = {new: old for old, r in RETIRED_ENV.items() for new in r.successors}
+
+
+class _SucceedsRetired(click.Option):
+    """An option whose variable succeeds a retired one, which it refuses while set."""
+
+    def __init__(self, *args: Any, retired: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.retired = retired
+
+    def consume_value(self, ctx: click.Context, opts: Mapping[str, Any]) -> Any:
+        # Checked even when the command line gives the value: the variable is still set for
+        # every other command the environment file serves.
+        if self.retired in os.environ and not ctx.resilient_parsing:
+            raise click.UsageError(RETIRED_ENV[self.retired].message(self.retired), ctx)
+        return super().consume_value(ctx, opts)
+
+
 def env_option(name: str, env: str, *decls: str, **kwargs: Any) -> Callable[[F], F]:
     """A click option that also reads the environment variable ``env`` (shown in --help);
-    ``decls``: more declarations, e.g. the parameter's name."""
+    ``decls``: more declarations, e.g. the parameter's name. If ``env`` succeeds a name of
+    RETIRED_ENV, the option refuses that name while it is set."""
+    retired = _RETIRED_BY_SUCCESSOR.get(env)
+    if retired is not None:
+        kwargs.update(cls=_SucceedsRetired, retired=retired)
     return click.option(name, *decls, envvar=env, show_envvar=True, **kwargs)
 
 
@@ -66,13 +131,15 @@ dsn_option = env_option("--dsn", "OUTBOX_DSN", required=True, help=DSN_HELP)
 
 def outbox_table_option(help_: str) -> Callable[[F], F]:
     return env_option(
-        "--outbox-table", "OUTBOX_TABLE", default="outbox", show_default=True, help=help_
-    )
+        "--outbox-table", "OUTBOX_TABLE", default=OutboxConfig.outbox_table, show_default=True,
+        help=help_,
+    )  # fmt: skip
 
 
-def queues_option(help_: str) -> Callable[[F], F]:
-    """``--queue`` (repeatable) of the long-running commands: the queues they serve."""
-    return env_option("--queue", "OUTBOX_QUEUE", "queues", multiple=True, help=help_)
+def queues_option(env: str, help_: str) -> Callable[[F], F]:
+    """``--queue`` (repeatable; the variable: names separated by spaces) of a long-running
+    command: the queues it serves."""
+    return env_option("--queue", env, "queues", multiple=True, help=help_)
 
 
 # --dsn, --outbox-table and --inbox-table, each with its environment variable.
@@ -80,7 +147,8 @@ db_options = option_stack(
     dsn_option,
     outbox_table_option("Name of the outbox table (the audit table is <name>_audit)."),
     env_option(
-        "--inbox-table", "OUTBOX_INBOX_TABLE", default="inbox", show_default=True,
+        "--inbox-table", "OUTBOX_INBOX_TABLE", default=OutboxConfig.inbox_table,
+        show_default=True,
         help="Name of the inbox table.",
     ),
 )  # fmt: skip

@@ -23,6 +23,8 @@ from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
 from outbox.logs import configure_logging, log_options
 from outbox.stop_signals import install_stop_signals
+from relay.publishers.settings import PublisherSettings
+from relay.settings import RelaySettings
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -38,35 +40,42 @@ _RELAY_OPTIONS = option_stack(
         "--broker", "OUTBOX_BROKER", required=True,
         help="amqp://user:pass@host:5672/vhost (RabbitMQ) or kafka://host:9092[,host2] (Kafka).",
     ),
-    queues_option("Relay only this queue (repeatable; env: space-separated). Default: all queues."),
-    env_option(
-        "--batch-size", "OUTBOX_BATCH_SIZE", default=100, show_default=True,
-        type=click.IntRange(1),
+    queues_option(
+        "OUTBOX_RELAY_QUEUES",
+        "Relay only this queue (repeatable; env: space-separated). Default: all queues.",
     ),
     env_option(
-        "--poll-interval", "OUTBOX_POLL_INTERVAL", default=1.0, show_default=True,
-        type=click.FloatRange(min=0.001),
+        "--batch-size", "OUTBOX_RELAY_BATCH_SIZE", default=RelaySettings.batch_size,
+        show_default=True, type=click.IntRange(1),
+        help="Rows fetched, published and marked per transaction.",
+    ),
+    env_option(
+        "--poll-interval", "OUTBOX_RELAY_POLL_INTERVAL", default=RelaySettings.poll_interval,
+        show_default=True, type=click.FloatRange(min=0.001),
         help="Seconds between polls when idle (PostgreSQL also wakes up on NOTIFY).",
     ),
     env_option(
-        "--max-attempts", "OUTBOX_MAX_ATTEMPTS", default=5, show_default=True,
-        type=click.IntRange(1),
+        "--max-attempts", "OUTBOX_MAX_ATTEMPTS", default=RelaySettings.max_attempts,
+        show_default=True, type=click.IntRange(1),
         help="Broker refusals before a row is 'failed' (dead letter, never deleted).",
     ),
     env_option(
-        "--backoff-base", "OUTBOX_BACKOFF_BASE", default=1.0, show_default=True,
-        type=click.FloatRange(min=0.001),
+        "--backoff-base", "OUTBOX_BACKOFF_BASE", default=Backoff.base_seconds,
+        show_default=True, type=click.FloatRange(min=0.001),
         help="Row retry backoff: uniform(0, min(max, base * 2**(attempt-1))) seconds.",
     ),
-    env_option("--backoff-max", "OUTBOX_BACKOFF_MAX", default=300.0, show_default=True, type=float),
     env_option(
-        "--confirm-timeout", "OUTBOX_CONFIRM_TIMEOUT", default=30.0, show_default=True,
-        type=click.FloatRange(min=0.001),
+        "--backoff-max", "OUTBOX_BACKOFF_MAX", default=Backoff.max_seconds, show_default=True,
+        type=float,
+    ),
+    env_option(
+        "--confirm-timeout", "OUTBOX_CONFIRM_TIMEOUT", default=PublisherSettings.confirm_timeout,
+        show_default=True, type=click.FloatRange(min=0.001),
         help="Seconds a batch may wait for the broker's confirms; then it is rolled back and "
         "published again later (an outage: no attempt counted).",
     ),
     env_option(
-        "--time-limit", "OUTBOX_TIME_LIMIT", type=click.FloatRange(min=0.001),
+        "--time-limit", "OUTBOX_RELAY_TIME_LIMIT", type=click.FloatRange(min=0.001),
         help="Exit 0 after this many seconds (after the current batch), for periodic restarts.",
     ),
     env_option(
@@ -82,7 +91,8 @@ _RELAY_OPTIONS = option_stack(
         help="PostgreSQL: do not LISTEN for store() notifications; poll only.",
     ),
     env_option(
-        "--pipeline/--no-pipeline", "OUTBOX_PIPELINE", default=True, show_default=True,
+        "--pipeline/--no-pipeline", "OUTBOX_PIPELINE", default=RelaySettings.pipeline,
+        show_default=True,
         help="PostgreSQL/MariaDB: fetch and lock the next batch while the broker confirms "
         "a full one (two batches in flight; per-key order kept). On by default: one relay "
         "drains faster with it (docs/relay.md); OUTBOX_PIPELINE=false turns it off.",
@@ -96,13 +106,14 @@ _RELAY_OPTIONS = option_stack(
         help='RabbitMQ: JSON arguments for queue_declare, e.g. \'{"x-queue-type": "quorum"}\'.',
     ),
     env_option(
-        "--kafka-partitions", "OUTBOX_KAFKA_PARTITIONS", type=click.IntRange(1), default=3,
-        show_default=True, help="Kafka: partitions of the topics the relay creates.",
+        "--kafka-partitions", "OUTBOX_KAFKA_PARTITIONS", type=click.IntRange(1),
+        default=PublisherSettings.kafka_partitions, show_default=True,
+        help="Kafka: partitions of the topics the relay creates.",
     ),
     outbox_table_option("Outbox table."),
     env_option(
-        "--notify-channel", "OUTBOX_NOTIFY_CHANNEL", default="outbox_relay", show_default=True,
-        help="PostgreSQL channel store() notifies.",
+        "--notify-channel", "OUTBOX_NOTIFY_CHANNEL", default=OutboxConfig.notify_channel,
+        show_default=True, help="PostgreSQL channel store() notifies.",
     ),
     metrics_options(
         "Serve Prometheus metrics (published, publish errors, batch seconds, delivery lag, "
@@ -148,15 +159,18 @@ def relay(
     # Imported here: `outbox --help` must not load pika and SQLAlchemy engines.
     from outbox import metrics as metrics_mod
     from relay.publishers import publisher_from_url
-    from relay.relay import Relay, RelaySettings
+    from relay.relay import Relay
 
     configure_logging(log_level, library_log_level)
     if not broker.strip():
         _fail("broker: empty; the relay needs --broker (the database source is the worker's)")
     try:
-        options = _publisher_options(
-            broker, confirm_timeout, fanout, queue_arguments, kafka_partitions
-        )
+        options = PublisherSettings(
+            confirm_timeout=confirm_timeout,
+            fanout=fanout,
+            queue_arguments=_queue_arguments(queue_arguments),
+            kafka_partitions=kafka_partitions,
+        ).options_for(broker)
         config = OutboxConfig(outbox_table=outbox_table, notify_channel=notify_channel)
         settings = RelaySettings(
             batch_size=batch_size,
@@ -184,24 +198,17 @@ def relay(
     _run(loop, engine, broker)
 
 
-def _publisher_options(
-    broker: str, confirm_timeout: float, fanout: bool, queue_arguments: str, partitions: int
-) -> dict[str, Any]:
-    """The keyword arguments of the broker's publisher; a bad --queue-arguments raises."""
-    options: dict[str, Any] = {"confirm_timeout": confirm_timeout}
-    if broker.startswith("amqp"):
-        options["fanout"] = fanout
-        if queue_arguments:
-            try:
-                parsed = json.loads(queue_arguments)
-            except ValueError as exc:
-                raise OutboxError(f"queue-arguments: not JSON: {exc}") from exc
-            if not isinstance(parsed, dict):
-                raise OutboxError("queue-arguments: expected a JSON object")
-            options["queue_arguments"] = parsed
-    elif broker.startswith("kafka"):
-        options["partitions"] = partitions
-    return options
+def _queue_arguments(text: str) -> dict[str, Any] | None:
+    """--queue-arguments as a mapping (None when empty); not a JSON object raises."""
+    if not text:
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise OutboxError(f"queue-arguments: not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise OutboxError("queue-arguments: expected a JSON object")
+    return parsed
 
 
 def _run(loop: Relay, engine: Engine, broker: str) -> None:

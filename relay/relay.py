@@ -16,19 +16,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, Engine, RowMapping
 from sqlalchemy.exc import SQLAlchemyError
 
 from outbox import states
-from outbox.backoff import Backoff, outage_delay
+from outbox.backoff import outage_delay
 from outbox.clock import utcnow
-from outbox.config import DEFAULT_CONFIG, OutboxConfig
 from outbox.dialect import READ_COMMITTED, dialect_of
 from outbox.dsn import make_engine, mask
-from outbox.errors import ConfigError
 from outbox.metrics import Metrics
 from outbox.schema import schema_for
 from outbox.transport import BrokerUnavailable, Outgoing, Publisher
@@ -37,49 +35,12 @@ from outbox.wire import Envelope, envelope_from_row
 from relay import queries
 from relay.key_order import chain, due_prefixes, waves
 from relay.pipeline import Prefetcher, open_batch
+from relay.settings import RelaySettings as RelaySettings
 from relay.sqlite_guard import SQLiteRelayLock
 from relay.wakeup import PgNotifyWaker, PollWaker, Waker
 
 log = logging.getLogger("relay")
 MAX_ERROR_LENGTH = 2000
-
-
-@dataclass(frozen=True)
-class RelaySettings:
-    """``queues``: only these queues (empty = all). ``max_attempts``: refusals before a row is
-    ``failed``. ``time_limit`` / ``max_messages``: exit cleanly for periodic restarts."""
-
-    batch_size: int = 100
-    poll_interval: float = 1.0
-    max_attempts: int = 5
-    backoff: Backoff = field(default_factory=Backoff)
-    queues: tuple[str, ...] = ()
-    time_limit: float | None = None
-    max_messages: int | None = None
-    stop_when_idle: bool = False
-    outage_cap_seconds: float = 30.0
-    use_notify: bool = True
-    # PostgreSQL / MariaDB: while the broker confirms a full batch, fetch and lock the next
-    # one (relay/pipeline.py). On: one relay drained 1.01x-1.51x faster in bench/relay.py.
-    pipeline: bool = True
-    config: OutboxConfig = DEFAULT_CONFIG
-
-    def __post_init__(self) -> None:
-        if isinstance(self.queues, str):
-            # A str is a sequence of one-letter queue names: the relay would publish nothing.
-            raise ConfigError(f"queues: expected a sequence of names, got {self.queues!r}")
-        # A tuple whatever sequence was given: the fetch statement is cached by it.
-        object.__setattr__(self, "queues", tuple(self.queues))
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size: must be >= 1, got {self.batch_size}")
-        if self.poll_interval <= 0:
-            raise ConfigError(f"poll_interval: must be > 0, got {self.poll_interval}")
-        if self.max_attempts < 1:
-            raise ConfigError(f"max_attempts: must be >= 1, got {self.max_attempts}")
-        if self.time_limit is not None and self.time_limit <= 0:
-            raise ConfigError(f"time_limit: must be > 0, got {self.time_limit}")
-        if self.max_messages is not None and self.max_messages < 1:
-            raise ConfigError(f"max_messages: must be >= 1, got {self.max_messages}")
 
 
 @dataclass

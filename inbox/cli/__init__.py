@@ -13,12 +13,13 @@ from inbox.cli.ops import commands as ops_commands
 from inbox.cli.repair import commands as repair_commands
 from inbox.cli.review import commands as review_commands
 from inbox.consumer import Consumer
-from inbox.engine.settings import (
-    DEFAULT_BATCH_SECONDS,
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_ISOLATION,
+from inbox.settings import (
     ISOLATIONS,
+    MAX_BATCH_SIZE,
+    MAX_CONCURRENCY,
+    POLL_INTERVAL_RANGE,
     Isolation,
+    WorkerOptions,
 )
 from outbox import dsn as dsn_mod
 from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack, queues_option
@@ -53,34 +54,39 @@ _WORKER_OPTIONS = option_stack(
         "--source", "OUTBOX_SOURCE", default="",
         help="Broker URL (amqp://... or kafka://...); empty: take messages from the database.",
     ),
-    queues_option("Receive only these of the consumer's queues (repeat). Default: all of them."),
-    env_option(
-        "--concurrency", "OUTBOX_CONCURRENCY", default=1, show_default=True,
-        type=click.IntRange(1, 256), help="Handler threads in this process.",
+    queues_option(
+        "OUTBOX_WORKER_QUEUES",
+        "Receive only these of the consumer's queues (repeat; env: space-separated). "
+        "Default: all of them.",
     ),
     env_option(
-        "--batch-size", "OUTBOX_BATCH_SIZE", default=DEFAULT_BATCH_SIZE, show_default=True,
-        type=click.IntRange(1, 1000),
+        "--concurrency", "OUTBOX_CONCURRENCY", default=WorkerOptions.concurrency,
+        show_default=True, type=click.IntRange(1, MAX_CONCURRENCY),
+        help="Handler threads in this process.",
+    ),
+    env_option(
+        "--batch-size", "OUTBOX_WORKER_BATCH_SIZE", default=WorkerOptions.batch_size,
+        show_default=True, type=click.IntRange(1, MAX_BATCH_SIZE),
         help="Handlers per database transaction: each handler thread claims up to this many "
         "messages at once and commits their effects and done marks together (1: one "
         "transaction per message). See docs/batches.md.",
     ),
     env_option(
-        "--batch-isolation", "OUTBOX_BATCH_ISOLATION", default=DEFAULT_ISOLATION,
+        "--batch-isolation", "OUTBOX_BATCH_ISOLATION", default=WorkerOptions.isolation,
         show_default=True, type=click.Choice(ISOLATIONS),
         help="When a handler raises: 'rerun' rolls the batch back and runs it again without "
         "that message; 'savepoint' wraps each handler in a SAVEPOINT (no re-runs, two more "
         "round trips per message).",
     ),
     env_option(
-        "--batch-seconds", "OUTBOX_BATCH_SECONDS", default=DEFAULT_BATCH_SECONDS,
+        "--batch-seconds", "OUTBOX_BATCH_SECONDS", default=WorkerOptions.batch_seconds,
         show_default=True, type=click.FloatRange(min=0, min_open=True),
         help="A batch whose handlers have run this long commits what is done; the rest of it "
         "runs in the next transaction.",
     ),
     env_option(
-        "--poll-interval", "OUTBOX_POLL_INTERVAL", default=1.0, show_default=True,
-        type=click.FloatRange(0.01, 60),
+        "--poll-interval", "OUTBOX_WORKER_POLL_INTERVAL", default=WorkerOptions.poll_interval,
+        show_default=True, type=click.FloatRange(*POLL_INTERVAL_RANGE),
         help="Seconds between looks when idle (PostgreSQL also wakes on NOTIFY).",
     ),
     env_option(
@@ -88,7 +94,7 @@ _WORKER_OPTIONS = option_stack(
         help="Exit 0 once nothing is left to receive, run or retry.",
     ),
     env_option(
-        "--time-limit", "OUTBOX_TIME_LIMIT", type=click.FloatRange(min=0, min_open=True),
+        "--time-limit", "OUTBOX_WORKER_TIME_LIMIT", type=click.FloatRange(min=0, min_open=True),
         default=None, help="Exit 0 after this many seconds (supervisord restarts it).",
     ),
     metrics_options(
@@ -125,7 +131,7 @@ def worker(
     SIGTERM lets running handlers finish, then exits 0.
     """
     from inbox.sources import source_from_url
-    from inbox.worker import Worker, WorkerOptions
+    from inbox.worker import Worker
     from outbox.stop_signals import install_stop_signals
 
     # The consumer's package logs at our level: its handlers' lines are the operator's own.

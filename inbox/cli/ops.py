@@ -97,8 +97,8 @@ _DEAD = DeadTable(
 )
 @consumer_option
 @env_option(
-    "--batch", "OUTBOX_INBOX_PRUNE_BATCH", help="Rows per delete transaction.", default=10000,
-    show_default=True, type=click.IntRange(1, admin.MAX_PRUNE_BATCH),
+    "--batch", "OUTBOX_INBOX_PRUNE_BATCH", help="Rows per delete transaction.",
+    default=admin.PRUNE_BATCH, show_default=True, type=click.IntRange(1, admin.MAX_PRUNE_BATCH),
 )  # fmt: skip
 @dry_run_option("Count what would be deleted; delete nothing.")
 @json_option

@@ -36,7 +36,8 @@ from outbox.ops.cli_common import (
     help="List rows in this state (repeat). Default: review and unknown.",
 )  # fmt: skip
 @env_option(
-    "--limit", "OUTBOX_LIMIT", default=50, show_default=True, type=click.IntRange(1, 100000),
+    "--limit", "OUTBOX_INBOX_REVIEW_LIMIT", default=50, show_default=True,
+    type=click.IntRange(1, 100000),
     help="At most this many rows (the output says how many more there are).",
 )  # fmt: skip
 @env_option(

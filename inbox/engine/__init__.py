@@ -12,5 +12,5 @@ The path of one message, once ingested as an inbox row (``inbox.ingest``):
    ``leases.LeaseKeeper`` renews the leases of every held claim while handlers run.
 
 N is the worker's batch size; N = 1 is one message per transaction. Nothing here is
-imported by the CLI's option definitions: ``settings`` holds the defaults they show.
+imported by the CLI's option definitions: ``inbox.settings`` holds the defaults they show.
 """

@@ -45,8 +45,8 @@ from inbox.engine.outcomes import (
     message_of,
 )
 from inbox.engine.part import ConsumerPart
-from inbox.engine.settings import DEFAULT_BATCH_SECONDS, DEFAULT_ISOLATION, ISOLATIONS, Isolation
 from inbox.ingest import wake_payload
+from inbox.settings import ISOLATIONS, Isolation, WorkerOptions
 from inbox.sql import claims as q
 from inbox.sql.predicates import DUE_STATES
 from outbox import metrics
@@ -94,8 +94,8 @@ class BatchRunner(ConsumerPart):
         consumer: Consumer,
         engine: Engine,
         *,
-        isolation: Isolation = DEFAULT_ISOLATION,
-        batch_seconds: float = DEFAULT_BATCH_SECONDS,
+        isolation: Isolation = WorkerOptions.isolation,
+        batch_seconds: float = WorkerOptions.batch_seconds,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         if isolation not in ISOLATIONS:

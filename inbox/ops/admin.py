@@ -29,6 +29,7 @@ from outbox.schema import schema_for
 
 log = logging.getLogger("inbox.ops")
 
+PRUNE_BATCH = core.DELETE_BATCH
 MAX_PRUNE_BATCH = core.MAX_DELETE_BATCH
 # Rows per audit record: each keeps its row's last_error (up to AUDIT_ERROR_CHARS), so a
 # record stays well under MariaDB's max_allowed_packet (16 MiB by default).
@@ -311,7 +312,7 @@ def prune(
     before: datetime,
     *,
     consumer: str | None = None,
-    batch: int = 10000,
+    batch: int = PRUNE_BATCH,
     config: OutboxConfig = DEFAULT_CONFIG,
     progress: Progress = no_progress,
     max_batches: int | None = None,

@@ -6,3 +6,7 @@ topics, the client's errors and how they read in logs. This package and ``urls``
 client library: ``rabbitmq`` loads pika and ``kafka`` loads confluent_kafka (librdkafka), and
 each is imported only when a URL of its broker is used.
 """
+
+# Partitions of a Kafka topic we create (publisher or source), unless told otherwise; here,
+# not in ``kafka``, so that a CLI can show it without loading librdkafka.
+PARTITIONS = 3

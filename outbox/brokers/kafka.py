@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from outbox.brokers import PARTITIONS as PARTITIONS
 from outbox.transport import BrokerUnavailable
 
 log = logging.getLogger(__name__)
@@ -22,9 +23,6 @@ log = logging.getLogger(__name__)
 # libraries' level (a unit test keeps the two in step).
 CLIENT_LOGGER = "outbox.brokers.kafka.librdkafka"
 _client_log = logging.getLogger(CLIENT_LOGGER)
-
-# Partitions of a topic we create, unless the publisher or source is told otherwise.
-PARTITIONS = 3
 
 
 def client_config(bootstrap: str, config: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -20,11 +20,12 @@ from outbox.ops.gauges import read_snapshot
 from outbox.schema import Schema
 
 __all__ = [
-    "MAX_COMPACT_BATCH", "CompactResult", "ConsumerStats", "QueueStats",
+    "COMPACT_BATCH", "MAX_COMPACT_BATCH", "CompactResult", "ConsumerStats", "QueueStats",
     "RetryResult", "Stats", "compact", "count_compactable", "count_failed", "history",
     "list_failed", "locking_reads", "republish", "retry", "show", "stats",
 ]  # fmt: skip
 
+COMPACT_BATCH = core.DELETE_BATCH
 MAX_COMPACT_BATCH = core.MAX_DELETE_BATCH
 
 
@@ -248,7 +249,7 @@ def compact(
     schema: Schema,
     *,
     before: datetime,
-    batch: int = 10000,
+    batch: int = COMPACT_BATCH,
     progress: Progress = no_progress,
     max_batches: int | None = None,
 ) -> CompactResult:

@@ -124,7 +124,11 @@ BROKER_CHECKS: dict[str, Callable[[str, float], str]] = {
 }
 
 
-def check_broker(url: str, timeout: float = 5.0) -> CheckResult:
+# Seconds the broker check waits for a connection, unless told otherwise.
+BROKER_TIMEOUT = 5.0
+
+
+def check_broker(url: str, timeout: float = BROKER_TIMEOUT) -> CheckResult:
     scheme = urlsplit(url).scheme
     probe = BROKER_CHECKS.get(scheme)
     if probe is None:

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from outbox.clock import utcnow
 from outbox.metrics import DatabaseGauges
 from outbox.ops import admin, cli_repair
-from outbox.ops.check import check_broker, check_database
+from outbox.ops.check import BROKER_TIMEOUT, check_broker, check_database
 from outbox.ops.cli_common import (
     Database,
     DeadTable,
@@ -151,7 +151,7 @@ _FAILED = DeadTable(
     help="Also check this broker accepts a connection (amqp://... or kafka://...).",
 )
 @env_option(
-    "--timeout", "OUTBOX_CHECK_TIMEOUT", default=5.0, show_default=True,
+    "--timeout", "OUTBOX_CHECK_TIMEOUT", default=BROKER_TIMEOUT, show_default=True,
     type=click.FloatRange(0.1, 120), help="Seconds for the broker check.",
 )  # fmt: skip
 @json_option

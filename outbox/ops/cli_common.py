@@ -43,7 +43,7 @@ audit_options = option_stack(
     ),
 )  # fmt: skip
 queue_type_options = option_stack(
-    env_option("--queue", "OUTBOX_QUEUE", help="Only this queue."),
+    env_option("--queue", "OUTBOX_FILTER_QUEUE", help="Only this queue."),
     env_option("--type", "OUTBOX_TYPE", "type_", help="Only this type."),
 )
 error_like_option = env_option(
@@ -54,7 +54,7 @@ error_like_option = env_option(
 def limit_option(help_: str) -> Callable[[F], F]:
     """``--limit`` of the listing commands."""
     return env_option(
-        "--limit", "OUTBOX_LIMIT", default=100, show_default=True,
+        "--limit", "OUTBOX_LIST_LIMIT", default=100, show_default=True,
         type=click.IntRange(1, 100000), help=help_,
     )  # fmt: skip
 

@@ -198,7 +198,7 @@ def _requeue(
     help="Delete sent rows sent longer ago than this (7d, 12h, 2w).",
 )
 @env_option(
-    "--batch", "OUTBOX_COMPACT_BATCH", default=10000, show_default=True,
+    "--batch", "OUTBOX_COMPACT_BATCH", default=admin.COMPACT_BATCH, show_default=True,
     type=click.IntRange(1, admin.MAX_COMPACT_BATCH), help="Rows per delete transaction.",
 )  # fmt: skip
 @json_option

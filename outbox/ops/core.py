@@ -22,6 +22,8 @@ from outbox.ops import queries as q
 # Ids per UPDATE/DELETE ... WHERE id IN (...): far under every driver's parameter limit.
 ID_CHUNK = 1000
 MAX_DELETE_BATCH = 20000  # SQLite allows 32766 bound parameters per statement
+# Rows per delete transaction of compact and prune unless told otherwise.
+DELETE_BATCH = 10000
 
 Progress = Callable[[int], None]
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox.brokers.urls import broker_of, kafka_bootstrap
 from outbox.errors import ConfigError
-from outbox.transport import Publisher
+
+if TYPE_CHECKING:
+    from outbox.transport import Publisher
 
 
 def publisher_from_url(url: str, **options: Any) -> Publisher:
-    """Build the publisher for ``url``; ``options`` go to the publisher's constructor.
+    """Build the publisher for ``url``; ``options`` go to the publisher's constructor
+    (``PublisherSettings.options_for(url)`` gives those of the relay's settings).
 
     The Kafka client is imported only when a ``kafka://`` URL is used, so a RabbitMQ-only
     deployment never loads librdkafka.

@@ -34,8 +34,9 @@ from typing import Any, cast
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from outbox.brokers.kafka import PARTITIONS, client_config, ensure_topics, reason, text
+from outbox.brokers.kafka import client_config, ensure_topics, reason, text
 from outbox.transport import BrokerUnavailable, Outgoing
+from relay.publishers.settings import PublisherSettings
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +85,17 @@ class KafkaPublisher:
 
     ``config``: extra librdkafka settings (security, ``message.max.bytes``, ...); it may not
     turn idempotence or ``acks=all`` off. ``confirm_timeout``: how long a batch may wait for
-    its delivery reports before the outcome is declared unknown (``BrokerUnavailable``).
+    its delivery reports before the outcome is declared unknown (``BrokerUnavailable``). The
+    defaults: ``relay.publishers.settings.PublisherSettings``.
     """
 
     def __init__(
         self,
         bootstrap: str,
         *,
-        partitions: int = PARTITIONS,
+        partitions: int = PublisherSettings.kafka_partitions,
         config: dict[str, Any] | None = None,
-        confirm_timeout: float = 30.0,
+        confirm_timeout: float = PublisherSettings.confirm_timeout,
     ) -> None:
         if partitions < 1:
             raise ValueError(f"partitions: must be at least 1, not {partitions}")

@@ -34,6 +34,7 @@ from outbox.brokers.rabbitmq import ERRORS, describe
 from outbox.dsn import mask
 from outbox.transport import BrokerUnavailable, Outgoing
 from outbox.wire import CONTENT_TYPE
+from relay.publishers.settings import PublisherSettings
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class RabbitMQPublisher:
     consumers must declare the same. ``fanout``: publish to a durable fan-out exchange per
     destination instead of a queue, so several consumer services bind queues of their own; a
     message no queue is bound to is returned (refused). ``max_message_bytes``: refuse bodies
-    above this before sending (learnt from the broker when it rejects one).
+    above this before sending (learnt from the broker when it rejects one). The defaults and
+    ``confirm_timeout``: ``relay.publishers.settings.PublisherSettings``.
     """
 
     def __init__(
@@ -58,8 +60,8 @@ class RabbitMQPublisher:
         url: str,
         *,
         queue_arguments: Mapping[str, Any] | None = None,
-        fanout: bool = False,
-        confirm_timeout: float = 30.0,
+        fanout: bool = PublisherSettings.fanout,
+        confirm_timeout: float = PublisherSettings.confirm_timeout,
         max_message_bytes: int | None = None,
         connection_attempts: int = 1,
     ) -> None:

@@ -149,7 +149,8 @@ def test_shipped_supervisord_conf_runs_relays_and_workers(
         "OUTBOX_WORKER_TARGET": TARGET,
         "OUTBOX_RELAY_METRICS_PREFIX": str(relay_prefix),
         "OUTBOX_WORKER_METRICS_PREFIX": str(worker_prefix),
-        "OUTBOX_POLL_INTERVAL": "0.1",
+        "OUTBOX_RELAY_POLL_INTERVAL": "0.1",
+        "OUTBOX_WORKER_POLL_INTERVAL": "0.1",
     }
     ctl = [supervisorctl, "-c", str(conf)]
     daemon = subprocess.Popen(

@@ -77,10 +77,12 @@ def test_worker_help_lists_the_options_with_env_vars() -> None:
     for option, env in [
         ("--dsn", "OUTBOX_DSN"),
         ("--source", "OUTBOX_SOURCE"),
-        ("--queue", "OUTBOX_QUEUE"),
+        ("--queue", "OUTBOX_WORKER_QUEUES"),
+        ("--batch-size", "OUTBOX_WORKER_BATCH_SIZE"),
+        ("--poll-interval", "OUTBOX_WORKER_POLL_INTERVAL"),
         ("--concurrency", "OUTBOX_CONCURRENCY"),
         ("--stop-when-idle", "OUTBOX_STOP_WHEN_IDLE"),
-        ("--time-limit", "OUTBOX_TIME_LIMIT"),
+        ("--time-limit", "OUTBOX_WORKER_TIME_LIMIT"),
         ("--log-level", "OUTBOX_LOG_LEVEL"),
         ("--library-log-level", "OUTBOX_LIBRARY_LOG_LEVEL"),
     ]:

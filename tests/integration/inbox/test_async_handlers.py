@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
-from inbox.engine.settings import ISOLATIONS
+from inbox.settings import ISOLATIONS
 from inbox.sources.database import DatabaseSource
 from inbox.worker import Worker, WorkerOptions
 from outbox import Message, inbox_table, states, store_many

@@ -20,7 +20,7 @@ from inbox.engine.claims import BatchClaimer
 from inbox.engine.leases import LeaseKeeper
 from inbox.engine.locks import group_transaction
 from inbox.engine.runner import BatchRunner
-from inbox.engine.settings import ISOLATIONS
+from inbox.settings import ISOLATIONS
 from outbox import inbox_table, states
 from tests.integration.inbox.helpers import Kit, make_kit, rows, set_state, store_jobs
 

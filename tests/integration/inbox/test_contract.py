@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, select
 
 from inbox import EffectUnknown
-from inbox.engine.settings import ISOLATIONS
+from inbox.settings import ISOLATIONS
 from outbox import metrics, states
 from outbox.schema import effects_table
 from tests.integration.inbox.contract_kit import ContractKit, change, make_contract_kit

@@ -11,6 +11,7 @@ from outbox.schema import outbox_table
 from relay import queries
 from relay.publishers import publisher_from_url
 from relay.publishers.rabbitmq import RabbitMQPublisher
+from relay.publishers.settings import PublisherSettings
 from relay.relay import RelaySettings
 from relay.sqlite_guard import RelayAlreadyRunning, SQLiteRelayLock
 
@@ -75,3 +76,22 @@ def test_queues_given_as_a_list_build_the_fetch() -> None:
 def test_queues_as_one_string_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="queues"):
         RelaySettings(queues="orders")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field,value", [("confirm_timeout", 0), ("kafka_partitions", 0)])
+def test_bad_publisher_settings_name_the_field(field: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=field):
+        PublisherSettings(**{field: value})  # type: ignore[arg-type]
+
+
+def test_publisher_settings_give_each_broker_its_own_options() -> None:
+    settings = PublisherSettings(
+        confirm_timeout=5.0, fanout=True, queue_arguments={"x-queue-type": "quorum"},
+        kafka_partitions=6,
+    )  # fmt: skip
+    assert settings.options_for("amqp://h/") == {
+        "confirm_timeout": 5.0, "fanout": True, "queue_arguments": {"x-queue-type": "quorum"},
+    }  # fmt: skip
+    assert settings.options_for("kafka://h:9092") == {"confirm_timeout": 5.0, "partitions": 6}
+    with pytest.raises(ConfigError, match="broker"):
+        settings.options_for("redis://h/")

@@ -3,10 +3,17 @@
 It builds on the core ``outbox`` package only, never on ``relay`` (``make lint`` checks it).
 """
 
-from inbox.admin import unblock
-from inbox.consumer import Consumer, Handler, InboxMessage, QueuePolicy
-from inbox.contract import EffectUnknown
-from outbox.backoff import Backoff
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from outbox.exports import export_lazily
+
+if TYPE_CHECKING:
+    from inbox.admin import unblock
+    from inbox.consumer import Consumer, Handler, InboxMessage, QueuePolicy
+    from inbox.contract import EffectUnknown
+    from outbox.backoff import Backoff
 
 __all__ = [
     "Backoff",
@@ -17,3 +24,17 @@ __all__ = [
     "QueuePolicy",
     "unblock",
 ]
+
+# Imported on first use, like outbox's names (outbox/exports.py says why).
+export_lazily(
+    __name__,
+    {
+        "Backoff": "outbox.backoff",
+        "Consumer": "inbox.consumer",
+        "EffectUnknown": "inbox.contract",
+        "Handler": "inbox.consumer",
+        "InboxMessage": "inbox.consumer",
+        "QueuePolicy": "inbox.consumer",
+        "unblock": "inbox.admin",
+    },
+)

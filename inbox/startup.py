@@ -6,6 +6,7 @@ not reachable yet.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from sqlalchemy import Engine, Inspector, inspect
@@ -38,13 +39,20 @@ def require_inbox_tables(inspector: Inspector, consumer: Consumer) -> None:
         )
 
 
-def holds_outbox(engine: Engine, consumer: Consumer, time_limit: float | None) -> bool | None:
+def holds_outbox(
+    engine: Engine,
+    consumer: Consumer,
+    time_limit: float | None,
+    stop: threading.Event | None = None,
+) -> bool | None:
     """Does this database hold the outbox (the job-queue deployment)? Asked at start, with
     the check that the inbox tables are there (``SchemaError`` if not), when a lost
     connection must not end the worker any more than later: tried until it answers, or None
     once the worker's time limit has passed (the relay, too, outlasts an outage within its
-    time limit and exits 0)."""
+    time limit and exits 0), or None as soon as ``stop`` is set (a SIGTERM while the
+    database is down ends the worker at once, with 0)."""
     table = schema_for(consumer.config).outbox.name
+    stopped = stop or threading.Event()
     started = time.monotonic()
     failures = 0
     while True:
@@ -58,4 +66,5 @@ def holds_outbox(engine: Engine, consumer: Consumer, time_limit: float | None) -
             delay = outage_delay(failures)
             if time_limit is not None and time.monotonic() - started + delay > time_limit:
                 return None
-            time.sleep(delay)
+            if stopped.wait(delay):
+                return None

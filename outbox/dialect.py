@@ -21,9 +21,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from psycopg import sql as pg_sql
 from sqlalchemy import (
     JSON,
     Connection,
@@ -44,6 +43,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
 from outbox.errors import UnsupportedDatabaseError
+
+if TYPE_CHECKING:
+    from psycopg import sql as pg_sql
 
 READ_COMMITTED = "READ COMMITTED"
 # Upper 32 bits of every PostgreSQL advisory key we take: "OBX1". Other advisory locks of
@@ -175,6 +177,8 @@ class PostgreSQL(Dialect):
     def listen(self, channel: str) -> pg_sql.Composed:
         """``LISTEN <channel>`` for a raw psycopg connection, the channel quoted as an
         identifier (never pasted as text)."""
+        from psycopg import sql as pg_sql  # here: a MariaDB or SQLite process never loads it
+
         return pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel))
 
     def reader(self, engine: Engine) -> Engine:

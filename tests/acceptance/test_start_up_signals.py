@@ -6,6 +6,10 @@ it, must not see a failure, nor wait.
 catches both signals before it imports anything: the tests watch for that in
 ``/proc/<pid>/status`` (SigCgt). Before it, in the interpreter's own start, a signal takes its
 default action, which no code of ours can change.
+
+Not covered: a relay whose database or broker takes the connection and never answers waits in
+the driver's connect (its own timeout) before it sees the stop; the worker's start-up check
+does not (``test_a_worker_stopped_while_its_database_...``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import random
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -122,6 +127,23 @@ def test_stopped_while_waiting_for_its_database_it_exits_0_within_a_second(
     said = _read_until(proc, WAITING[kind], timeout=60)
     out = _stop(proc, STOPS[stop], said)
     assert f"{stop}: finishing" in out, out  # its own stop handling, not the early exit
+
+
+@pytest.mark.parametrize("backend", sorted(DATABASE_DOWN))
+def test_a_worker_stopped_while_its_database_takes_the_connection_and_never_answers_exits_0(
+    backend: str,
+) -> None:
+    # A hung server (or a host that drops packets): the driver's connect waits for minutes, or
+    # for ever, and the worker's start-up check must not keep a stop waiting for it.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        dsn = DATABASE_DOWN[backend].replace("127.0.0.1:1/", f"127.0.0.1:{port}/")
+        proc = _spawn("worker", dsn)
+        ready, _, _ = select.select([silent], [], [], 60)
+        assert ready, "the worker never connected"
+        connection, _ = silent.accept()  # the worker now waits in its connect
+        with connection:
+            _stop(proc, signal.SIGTERM)
 
 
 @pytest.mark.parametrize("stop", sorted(STOPS))

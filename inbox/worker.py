@@ -80,7 +80,7 @@ class Worker:
         self.engine = engine
         self.source = source
         self.options = options or WorkerOptions()
-        # Given: set by a stop request that may come while this is built (outbox/cli.py
+        # Given: set by a stop request that may come while this is built (inbox/cli.py
         # `worker`), when the start-up check below may be waiting for the database.
         self.stop = stop or threading.Event()
         self.claim_wake = threading.Event()

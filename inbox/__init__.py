@@ -3,15 +3,19 @@
 It builds on the core ``outbox`` package only, never on ``relay`` (``make lint`` checks it).
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
-from inbox.admin import unblock
-from inbox.consumer import Consumer, Handler, InboxMessage, QueuePolicy
-from inbox.contract import EffectUnknown
-from outbox.backoff import Backoff
+from typing import TYPE_CHECKING
+
+from outbox.exports import export_lazily
 
 if TYPE_CHECKING:
-    from inbox.worker import Worker, WorkerOptions
+    from inbox.admin import unblock
+    from inbox.consumer import Consumer, Handler, InboxMessage, QueuePolicy
+    from inbox.contract import EffectUnknown
+    from inbox.settings import WorkerOptions
+    from inbox.worker import Worker
+    from outbox.backoff import Backoff
 
 __all__ = [
     "Backoff",
@@ -25,12 +29,18 @@ __all__ = [
     "unblock",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    # The worker's machinery is imported when asked for, not by every module that defines a
-    # consumer (an application's web process imports ``inbox`` for its handlers alone).
-    if name in ("Worker", "WorkerOptions"):
-        from inbox import worker
-
-        return getattr(worker, name)
-    raise AttributeError(f"module 'inbox' has no attribute {name!r}")
+# Imported on first use, like outbox's names (outbox/exports.py says why).
+export_lazily(
+    __name__,
+    {
+        "Backoff": "outbox.backoff",
+        "Consumer": "inbox.consumer",
+        "EffectUnknown": "inbox.contract",
+        "Handler": "inbox.consumer",
+        "InboxMessage": "inbox.consumer",
+        "QueuePolicy": "inbox.consumer",
+        "unblock": "inbox.admin",
+        "Worker": "inbox.worker",
+        "WorkerOptions": "inbox.settings",
+    },
+)

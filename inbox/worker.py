@@ -53,12 +53,15 @@ class Worker:
         *,
         job_queue: bool | None = None,
         broker: bool = False,
+        stop: threading.Event | None = None,
     ) -> None:
         self.consumer = consumer
         self.engine = engine
         self.source = source
         self.options = options or WorkerOptions()
-        self.stop = threading.Event()
+        # Given: set by a stop request that may come while this is built (inbox/cli
+        # `worker`), when the start-up check below may be waiting for the database.
+        self.stop = stop or threading.Event()
         self.claim_wake = threading.Event()
         self.ingest = InboxIngest(consumer, engine)
         self.ingest.on_ingested = self._ingested
@@ -66,8 +69,8 @@ class Worker:
         self.started_unreachable = False
         self.created = time.monotonic()
         if job_queue is None:
-            holds = holds_outbox(engine, consumer, self.options.time_limit)
-            self.started_unreachable = holds is None
+            holds = holds_outbox(engine, consumer, self.options.time_limit, self.stop)
+            self.started_unreachable = holds is None and not self.stop.is_set()
             job_queue = bool(holds)
         self.heads = HeadPass(consumer, engine, job_queue=job_queue, broker=broker)
         self.heads.on_promoted = self.claim_wake.set
@@ -93,8 +96,9 @@ class Worker:
     def run(self, install_signals: bool = True) -> int:
         """Run until SIGTERM/SIGINT, the time limit, or idle (with stop_when_idle). Returns 0.
         Logs a one-line summary on the way out."""
-        if self.started_unreachable:
-            self.exit_reason = "time limit, database never reachable"
+        if self.started_unreachable or self.stop.is_set():  # stopped before it started
+            if self.started_unreachable:
+                self.exit_reason = "time limit, database never reachable"
             log.info("%s", self.summary(time.monotonic() - self.created))
             return 0
         uninstall = install_stop_signals(self.request_stop) if install_signals else _nothing

@@ -19,9 +19,8 @@ comparing names: the family is worked out here and nowhere else.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from psycopg import sql as pg_sql
 from sqlalchemy import (
     JSON,
     Connection,
@@ -54,6 +53,9 @@ from outbox.group_locks import (
     try_locks,
     try_locks_pg,
 )
+
+if TYPE_CHECKING:
+    from psycopg import sql as pg_sql
 
 READ_COMMITTED = "READ COMMITTED"
 _PG_LOCK_NOT_AVAILABLE = "55P03"
@@ -181,6 +183,8 @@ class PostgreSQL(Dialect):
     def listen(self, channel: str) -> pg_sql.Composed:
         """``LISTEN <channel>`` for a raw psycopg connection, the channel quoted as an
         identifier (never pasted as text)."""
+        from psycopg import sql as pg_sql  # here: a MariaDB or SQLite process never loads it
+
         return pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel))
 
     def reader(self, engine: Engine) -> Engine:

@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import click
 
-from inbox.cli import commands as inbox_commands
-from outbox import dsn as dsn_mod
-from outbox import migrate as migrate_mod
+from outbox.cli_groups import LazyGroup
 from outbox.cli_support import DSN_HELP, db_options, fail
-from outbox.config import OutboxConfig
 from outbox.errors import OutboxError
-from outbox.ops.cli import commands as ops_commands
-from outbox_ui.command import ui_cmd
-from relay.cli import commands as relay_commands
+
+# Each subcommand's module is imported when that subcommand is used (outbox/cli_groups.py):
+# `outbox worker` loads neither the operator commands nor the operator page nor Alembic.
+SUBCOMMANDS = {
+    "relay": "relay.cli:relay",
+    "worker": "inbox.cli:worker",
+    "inbox": "inbox.cli:inbox_group",
+    "metrics": "outbox.ops.cli:metrics_cmd",
+    "stats": "outbox.ops.cli:stats_cmd",
+    "failed": "outbox.ops.cli:failed_cmd",
+    "retry": "outbox.ops.cli_repair:retry_cmd",
+    "republish": "outbox.ops.cli_repair:republish_cmd",
+    "compact": "outbox.ops.cli_repair:compact_cmd",
+    "check": "outbox.ops.cli:check_cmd",
+    "ui": "outbox_ui.command:ui_cmd",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup, lazy=SUBCOMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(package_name="outbox-relay")
 def main() -> None:
     """outbox-relay: transactional outbox, relay to RabbitMQ/Kafka, inbox with exactly-once effect.
@@ -41,6 +53,10 @@ def migrate(dsn: str, print_sql: bool, outbox_table: str, inbox_table: str) -> N
     With --sql, print the DDL for the DSN's dialect instead, for teams that apply migrations
     themselves. The version is kept in the table outbox_alembic_version.
     """
+    from outbox import dsn as dsn_mod
+    from outbox import migrate as migrate_mod
+    from outbox.config import OutboxConfig
+
     try:
         config = OutboxConfig(outbox_table=outbox_table, inbox_table=inbox_table)
         url = dsn_mod.normalize(dsn)
@@ -94,7 +110,3 @@ def demo(dsn: str, keep: bool, broker: str) -> None:
         run_demo(dsn, echo=click.echo, fresh=not keep, broker=broker or None)
     except OutboxError as exc:
         fail(str(exc))
-
-
-for _command in (*relay_commands, *inbox_commands, *ops_commands, ui_cmd):
-    main.add_command(_command)

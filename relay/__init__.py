@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from outbox.exports import export_lazily
 
 if TYPE_CHECKING:
-    from relay.relay import Relay, RelaySettings
+    from relay.relay import Relay
+    from relay.settings import RelaySettings
 
 __all__ = ["Relay", "RelaySettings"]
 
-
-def __getattr__(name: str) -> Any:
-    # Imported when asked for: ``outbox relay --help`` and the producers need none of it.
-    if name in __all__:
-        from relay import relay
-
-        return getattr(relay, name)
-    raise AttributeError(f"module 'relay' has no attribute {name!r}")
+# Imported on first use (outbox/exports.py says why): the producers and ``outbox relay
+# --help`` need none of the relay's machinery.
+export_lazily(__name__, {"Relay": "relay.relay", "RelaySettings": "relay.settings"})

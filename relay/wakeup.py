@@ -11,13 +11,15 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import psycopg
 from sqlalchemy.engine import URL
 
 from outbox.dialect import POSTGRESQL
 from outbox.dsn import mask
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,9 @@ class PollWaker:
 
 
 class PgNotifyWaker:
-    """A dedicated autocommit connection that LISTENs; reconnects on the next wait if lost."""
+    """A dedicated autocommit connection that LISTENs; reconnects on the next wait if lost.
+
+    psycopg is imported by each method: a relay on MariaDB or SQLite never loads it."""
 
     def __init__(self, url: URL, channel: str, stopping: threading.Event) -> None:
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
@@ -56,6 +60,8 @@ class PgNotifyWaker:
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]] | None:
+        import psycopg
+
         if self._conn is None or self._conn.closed:
             try:
                 conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5)
@@ -67,6 +73,8 @@ class PgNotifyWaker:
         return self._conn
 
     def drain(self) -> None:
+        import psycopg
+
         conn = self._connection()
         if conn is None:
             return
@@ -77,6 +85,8 @@ class PgNotifyWaker:
             self.close()
 
     def wait(self, timeout: float) -> bool:
+        import psycopg
+
         conn = self._connection()
         if conn is None:
             return self._stopping.wait(timeout)
@@ -95,6 +105,8 @@ class PgNotifyWaker:
         return self._stopping.is_set()
 
     def close(self) -> None:
+        import psycopg
+
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):

@@ -6,13 +6,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
+from typing import TYPE_CHECKING
 
 import click
 
-from inbox.cli.ops import commands as ops_commands
-from inbox.cli.repair import commands as repair_commands
-from inbox.cli.review import commands as review_commands
-from inbox.consumer import Consumer
 from inbox.settings import (
     ISOLATIONS,
     MAX_BATCH_SIZE,
@@ -22,10 +20,14 @@ from inbox.settings import (
     WorkerOptions,
 )
 from outbox import dsn as dsn_mod
+from outbox.cli_groups import LazyGroup
 from outbox.cli_support import dsn_option, env_option, metrics_options, option_stack, queues_option
 from outbox.cli_support import fail as _fail
 from outbox.errors import OutboxError
 from outbox.logs import configure_logging, log_options
+
+if TYPE_CHECKING:
+    from inbox.consumer import Consumer
 
 commands: list[click.Command] = []
 
@@ -33,6 +35,8 @@ commands: list[click.Command] = []
 def load_consumer(target: str) -> Consumer:
     """``package.module:attribute`` -> the Consumer. The path comes from the operator's
     command line, never from message data."""
+    from inbox.consumer import Consumer
+
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise click.BadParameter("expected MODULE:CONSUMER, e.g. myapp.jobs:consumer")
@@ -144,12 +148,15 @@ def worker(
             f"not queues of {consumer.name!r}: {unknown}", param_hint="--queue"
         )
     # Stop signals from the first moment: a SIGTERM during the start-up check (before the
-    # worker runs) ends it with 0 like any other, not by the signal's default action.
+    # worker runs) ends it with 0 like any other, not by the signal's default action, and at
+    # once: the check waits for the database on the worker's own stop event.
+    stop = threading.Event()
     stops: list[str] = []
     running: list[Worker] = []
 
     def on_stop(reason: str) -> None:
         stops.append(reason)
+        stop.set()
         for started in running:
             started.request_stop(reason)
 
@@ -183,7 +190,7 @@ def worker(
             stop_when_idle=stop_when_idle,
             time_limit=time_limit,
         )
-        running.append(Worker(consumer, engine, src, options, broker=bool(source)))
+        running.append(Worker(consumer, engine, src, options, broker=bool(source), stop=stop))
         if stops:
             running[0].request_stop(stops[0])
         code = running[0].run(install_signals=False)
@@ -195,12 +202,22 @@ def worker(
     sys.exit(code)
 
 
-@click.group(name="inbox")
+# Imported when `outbox inbox ...` runs (outbox/cli_groups.py): `outbox worker` needs none.
+@click.group(
+    name="inbox",
+    cls=LazyGroup,
+    lazy={
+        "failed": "inbox.cli.ops:failed_cmd",
+        "prune": "inbox.cli.ops:prune_cmd",
+        "groups": "inbox.cli.ops:groups_cmd",
+        "retry": "inbox.cli.repair:retry_cmd",
+        "unblock": "inbox.cli.repair:unblock_cmd",
+        "review": "inbox.cli.review:review_cmd",
+        "resolve": "inbox.cli.review:resolve_cmd",
+    },
+)
 def inbox_group() -> None:
     """Inspect and repair the inbox."""
 
 
-# failed, prune, groups; retry, unblock; review, resolve
-for _command in [*ops_commands, *repair_commands, *review_commands]:
-    inbox_group.add_command(_command)
 commands.extend([worker, inbox_group])

@@ -12,7 +12,6 @@ from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import Engine, Table, UniqueConstraint, inspect
 
-from outbox import migrate
 from outbox.dsn import mask
 from outbox.ops import queries as q
 from outbox.schema import Schema
@@ -52,6 +51,8 @@ def check_database(engine: Engine, schema: Schema) -> list[CheckResult]:
     except Exception as exc:
         return [CheckResult("database", False, f"unreachable: {_first_line(exc)}")]
     results.append(CheckResult("database", True, f"reachable ({engine.dialect.name})"))
+
+    from outbox import migrate  # Alembic: loaded by this check, not by every operator command
 
     head = migrate.head_revision()
     try:

@@ -19,10 +19,11 @@ from typing import Any
 from sqlalchemy import Engine
 
 from inbox.consumer import Consumer
-from inbox.engine.claims import BatchClaimer
+from inbox.engine.claims import BatchClaimer, Claim
+from inbox.engine.cycle import ClaimAndRun
 from inbox.engine.heads import HeadPass
 from inbox.engine.leases import LeaseKeeper
-from inbox.engine.outcomes import DONE, LOST, frees_group
+from inbox.engine.outcomes import DONE, LOST
 from inbox.engine.runner import BatchRunner
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
 from inbox.settings import WorkerOptions as WorkerOptions
@@ -37,10 +38,9 @@ from outbox.transport import Source
 
 log = logging.getLogger("inbox.worker")
 
-# A freed group whose lock was busy is asked for again after this long, this many times;
-# past that the head-of-group pass promotes its head.
+# A freed group whose lock was busy is asked for again after this long (at most
+# ``inbox.engine.cycle.FREED_TRIES`` times; past that the head-of-group pass promotes its head).
 FREED_RETRY_SECONDS = 0.01
-FREED_TRIES = 50
 
 
 class Worker:
@@ -221,26 +221,33 @@ class Worker:
         # With an async handler, on this thread's event loop (inbox/engine/handler_calls.py).
         self.runner.calls.run(self._claim_and_run)
 
+    def cycle(self) -> ClaimAndRun:
+        """A handler thread's claim-and-run cycle (one per thread: it keeps the groups that
+        thread freed)."""
+        return ClaimAndRun(
+            self.claimer,
+            self.runner,
+            self.leases,
+            batch_size=self.options.batch_size,
+            share=self.options.concurrency,
+        )
+
     def _claim_and_run(self) -> None:
         failures = 0
-        # Groups this thread's last batch freed, and freed groups a pass could not decide yet
-        # (their lock busy for a moment, the batch full), with the passes tried: their next
-        # head is waiting, no candidate, so nobody else would look before the head pass.
-        freed: dict[str, int] = {}
+        # Its ``freed``: groups this thread's last batch freed, and freed groups a pass could
+        # not decide yet (their lock busy for a moment, the batch full): their next head is
+        # waiting, no candidate, so nobody else would look before the head pass.
+        cycle = self.cycle()
         while not self.stop.is_set():
             claimed = False
             try:
-                result = self.claimer.claim_pass(
-                    self.options.batch_size, list(freed), share=self.options.concurrency
-                )
-                freed = {g: freed[g] + 1 for g in result.undecided if freed[g] < FREED_TRIES}
+                result = cycle.claim()
                 if result.left_some:
                     self.claim_wake.set()  # the rest is for the idle threads
                 if result.claims:
                     claimed = True
                     self.last_busy = time.monotonic()
-                    for group in self._run_batch(result.claims):
-                        freed.setdefault(group, 0)
+                    self._counted(cycle.run(result.claims))
                     self.last_busy = time.monotonic()
                 failures = 0
             except Exception as exc:  # the database went away: back off, never die
@@ -250,31 +257,21 @@ class Worker:
                 continue
             if claimed:
                 continue
-            wait = FREED_RETRY_SECONDS if freed else self._idle_wait()
+            wait = FREED_RETRY_SECONDS if cycle.freed else self._idle_wait()
             if self.claim_wake.wait(wait):
                 self.claim_wake.clear()
-        for group in freed:  # stopping: let another worker take their next heads now
+        for group in cycle.freed:  # stopping: let another worker take their next heads now
             self._safely(lambda g=group: self.heads.promote_group(g))
 
-    def _run_batch(self, claims: list[Any]) -> list[str]:
-        """Run one claimed batch; returns the groups it freed."""
-        self.leases.hold(claims)
-        try:
-            outcomes = self.runner.run(claims)
-        finally:
-            self.leases.drop(claims)
-        freed: list[str] = []
+    def _counted(self, outcomes: list[tuple[Claim, str]]) -> None:
+        """Count a batch's outcomes for the summary; a retry or deferred change among them
+        wakes the idle threads."""
         with self._lock:
             for _, outcome in outcomes:
                 self.processed[outcome] = self.processed.get(outcome, 0) + 1
         if any(outcome in (states.RETRY, states.DEFERRED) for _, outcome in outcomes):
             # Idle threads work out their wait again: a retry (or a gap's check) is due.
             self.claim_wake.set()
-        for claim, outcome in outcomes:
-            group = claim.serial_group
-            if group is not None and frees_group(outcome, self.consumer, claim.row.queue):
-                freed.append(group)
-        return freed
 
     def _idle_wait(self) -> float:
         """Seconds an idle thread waits: the poll interval, or less if a retry falls due

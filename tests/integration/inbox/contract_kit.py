@@ -1,6 +1,6 @@
 """Helpers of the message-contract tests: messages received as a broker source delivers them
 (the consumer's database apart from the producer's), a handler recording what it applied,
-and one pass of the worker's engine (batched claims and runner)."""
+and one pass of the worker's engine (its claim-and-run cycle: batched claims and runner)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
 from inbox.engine.claims import BatchClaimer
+from inbox.engine.cycle import ClaimAndRun
+from inbox.engine.leases import LeaseKeeper
 from inbox.engine.runner import BatchRunner
 from inbox.ingest import InboxIngest
 from outbox import inbox_table
@@ -61,16 +63,17 @@ class ContractKit:
     ingest: InboxIngest
     claimer: BatchClaimer
     runner: BatchRunner
+    cycle: ClaimAndRun
     applied: list[str] = field(default_factory=list)
     raise_for: dict[str, BaseException] = field(default_factory=dict)
 
     def receive(self, *messages: Envelope) -> None:
         self.ingest(list(messages))
 
-    def run_pass(self, size: int = 50) -> dict[str, str]:
-        """Claim what is claimable now and run it: outcome by mark."""
-        claims = self.claimer.claim(size)
-        return {c.row.payload["mark"]: o for c, o in self.runner.run(claims)}
+    def run_pass(self) -> dict[str, str]:
+        """Claim what is claimable now (up to 50) and run it: outcome by mark."""
+        claims = self.cycle.claim().claims
+        return {c.row.payload["mark"]: o for c, o in self.cycle.run(claims)}
 
     def drain(self, passes: int = 20) -> list[str]:
         for _ in range(passes):
@@ -108,13 +111,17 @@ def make_contract_kit(
     clock = Clock()
     options.setdefault("backoff", Backoff.fixed(1.0))
     consumer = Consumer(name, queues=["jobs"], **options)
+    claimer = BatchClaimer(consumer, engine, job_queue=False, clock=clock)
+    runner = BatchRunner(consumer, engine, clock=clock, isolation=isolation)  # type: ignore[arg-type]
+    leases = LeaseKeeper(consumer, engine, clock=clock)
     kit = ContractKit(
         engine,
         consumer,
         clock,
         InboxIngest(consumer, engine, clock=clock),
-        BatchClaimer(consumer, engine, job_queue=False, clock=clock),
-        BatchRunner(consumer, engine, clock=clock, isolation=isolation),  # type: ignore[arg-type]
+        claimer,
+        runner,
+        ClaimAndRun(claimer, runner, leases, batch_size=50),
     )
 
     @consumer.handler("job", versions=set(versions) if versions is not None else None)

@@ -1,20 +1,30 @@
-"""In-process helpers for the inbox integration tests (one database, no worker process)."""
+"""In-process helpers for the inbox integration tests (one database, no worker process).
+
+The kit drives the worker's engine: ``BatchClaimer`` and ``BatchRunner`` through the worker's
+own claim-and-run cycle (``inbox.engine.cycle.ClaimAndRun``), and ``HeadPass`` where the
+worker's periodic head-of-group pass would run.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Connection, Engine, event, select, update
 from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
-from inbox.engine.heads import Candidate, Claimer
+from inbox.engine.claims import BatchClaimer, Claim
+from inbox.engine.cycle import ClaimAndRun
+from inbox.engine.heads import Candidate, HeadPass
+from inbox.engine.leases import LeaseKeeper
 from inbox.engine.marks import mark_groups
-from inbox.engine.outcomes import Runner
+from inbox.engine.runner import BatchRunner
+from inbox.engine.settings import DEFAULT_BATCH_SIZE, DEFAULT_ISOLATION, Isolation
 from inbox.ingest import InboxIngest
 from inbox.sources.database import DatabaseSource
 from outbox import Message, inbox_table, store_many
@@ -38,15 +48,36 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
+@dataclass(frozen=True)
+class Mode:
+    """How the kit's engine runs: messages per claim (the worker's batch size, N) and how a
+    raising handler is kept from the others (its isolation). The default: the worker's."""
+
+    batch_size: int = DEFAULT_BATCH_SIZE
+    isolation: Isolation = DEFAULT_ISOLATION
+
+    def __str__(self) -> str:
+        return f"n{self.batch_size}-{self.isolation}"
+
+
+WORKER_MODE = Mode()
+# N x isolation, for the tests where a handler raises (retries, halts, permanent errors).
+MODES = (Mode(1, "savepoint"), Mode(1, "rerun"), Mode(4, "savepoint"), Mode(4, "rerun"))
+# Where no handler raises the isolation never acts: each N once and each isolation once.
+PAIRED = (Mode(1, "savepoint"), Mode(4, "rerun"))
+
+
 @dataclass
 class Kit:
-    """A consumer recording what its handler ran, with claimer, runner and ingest."""
+    """A consumer recording what its handler ran, with the worker's engine and an ingest."""
 
     engine: Engine
     consumer: Consumer
     clock: Clock
-    claimer: Claimer
-    runner: Runner
+    claimer: BatchClaimer
+    runner: BatchRunner
+    heads: HeadPass
+    cycle: ClaimAndRun
     ingest: InboxIngest
     ran: list[str] = field(default_factory=list)
     fail: dict[str, int] = field(default_factory=dict)
@@ -62,34 +93,60 @@ class Kit:
         )
         return source._take(self.ingest, 1000)
 
+    def claim(self) -> list[Claim]:
+        """One claim pass of the worker's cycle (the groups its last batch freed first); the
+        claims are held, not run."""
+        return self.cycle.claim().claims
+
+    def run(self, claims: Sequence[Claim]) -> list[tuple[Claim, str]]:
+        """Run claims as the worker's cycle does; (claim, outcome) as they finished."""
+        return self.cycle.run(claims)
+
     def drain(self, limit: int = 200) -> list[str]:
-        """Claim and run one message at a time until nothing is claimable."""
+        """Run the worker's handler loop until nothing is claimable: claim, run, claim again
+        (the freed groups first); when a pass claims nothing and leaves no freed group
+        undecided, the head-of-group pass that the worker runs now and then. Returns what the
+        handler ran, in order."""
         for _ in range(limit):
-            claim = self.claimer.claim_next()
-            if claim is None:
+            result = self.cycle.claim()
+            if result.claims:
+                self.cycle.run(result.claims)
+            elif not self.cycle.freed and not self.heads.head_pass() and not self._left_alone():
                 return self.ran
-            self.runner.run(claim)
         raise AssertionError("drain did not finish")
+
+    def _left_alone(self) -> bool:
+        """A candidate that the last pass neither claimed nor set waiting: its group's lock
+        was busy elsewhere for a moment (MariaDB's lock names are server-wide: another test's
+        consumer "c1" and group "g" take the same lock, see ``own_group``). The worker would
+        try again: so do we."""
+        return bool(self.heads.candidates(1))
 
 
 def make_kit(
     engine: Engine,
     name: str = "c1",
     *,
+    mode: Mode = WORKER_MODE,
     job_queue: bool = True,
+    broker: bool = False,
     queues: Sequence[str] = ("jobs",),
     **options: Any,
 ) -> Kit:
     clock = Clock()
     options.setdefault("backoff", Backoff(1.0, 1.0))
     consumer = Consumer(name, queues=list(queues), **options)
-    claimer = Claimer(consumer, engine, job_queue=job_queue, clock=clock)
+    claimer = BatchClaimer(consumer, engine, job_queue=job_queue, broker=broker, clock=clock)
+    runner = BatchRunner(consumer, engine, isolation=mode.isolation, clock=clock)
+    leases = LeaseKeeper(consumer, engine, clock=clock)
     kit = Kit(
         engine,
         consumer,
         clock,
         claimer,
-        Runner(consumer, engine, claimer, clock=clock),
+        runner,
+        HeadPass(consumer, engine, job_queue=job_queue, broker=broker, clock=clock),
+        ClaimAndRun(claimer, runner, leases, batch_size=mode.batch_size),
         InboxIngest(consumer, engine, clock=clock),
     )
 
@@ -103,6 +160,13 @@ def make_kit(
             raise RuntimeError(f"{mark} fails on attempt {message.attempt}")
 
     return kit
+
+
+def own_group() -> str:
+    """A group name of this test alone. MariaDB's GET_LOCK names are server-wide: the same
+    (consumer, group) in another test's database, run at the same time, holds the same lock,
+    and a claimer that finds a group lock busy leaves the group for later."""
+    return f"g-{uuid4().hex[:9]}"
 
 
 def store_jobs(
@@ -149,3 +213,28 @@ def set_state(engine: Engine, row_id: int, state: str, **values: Any) -> None:
 
 def candidate(row: Any) -> Candidate:
     return Candidate(row.id, row.serial_group, row.priority, row.seq, row.state)
+
+
+@contextmanager
+def before_the_claim(engine: Engine, change: Callable[[Connection], None]) -> Iterator[None]:
+    """Run ``change`` inside the claim pass's own transaction, after its candidates, group
+    locks and group reads, right before its conditional ``UPDATE``: a row changed there was
+    decided about in a state it is no longer in. (Nothing else can change it there: the
+    candidates are row-locked ``SKIP LOCKED``, SQLite's claim holds the write lock; the
+    conditional ``UPDATE`` is the last defence, and this is how to reach it.)"""
+    fired = False
+
+    def hook(conn: Connection, cursor: Any, statement: str, *_: Any) -> None:
+        nonlocal fired
+        if fired:
+            return
+        if statement.lstrip().upper().startswith("UPDATE") and "claimed_at" in statement:
+            fired = True
+            change(conn)
+
+    event.listen(engine, "before_cursor_execute", hook)
+    try:
+        yield
+    finally:
+        event.remove(engine, "before_cursor_execute", hook)
+    assert fired, "no claim was tried"

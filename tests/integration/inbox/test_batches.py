@@ -17,12 +17,13 @@ from sqlalchemy.orm import Session
 
 from inbox import InboxMessage
 from inbox.engine.claims import BatchClaimer
+from inbox.engine.cycle import FREED_TRIES
 from inbox.engine.leases import LeaseKeeper
 from inbox.engine.locks import group_transaction
 from inbox.engine.runner import BatchRunner
 from inbox.settings import ISOLATIONS
 from outbox import inbox_table, states
-from tests.integration.inbox.helpers import Kit, make_kit, rows, set_state, store_jobs
+from tests.integration.inbox.helpers import Kit, make_kit, own_group, rows, set_state, store_jobs
 
 pytestmark = pytest.mark.db
 
@@ -37,13 +38,6 @@ effects = Table(
 
 class Crash(BaseException):
     """Stands for the process dying in the middle of a batch."""
-
-
-def own_group() -> str:
-    """A group name of this test alone. MariaDB's GET_LOCK names are server-wide: the same
-    (consumer, group) in another test's database, run at the same time, holds the same lock,
-    and a claimer that finds a group lock busy leaves the group for later."""
-    return f"g-{uuid4().hex[:9]}"
 
 
 def batched(kit: Kit, **options: Any) -> tuple[BatchClaimer, BatchRunner]:
@@ -314,3 +308,40 @@ def test_a_group_name_of_255_characters_is_claimed_like_any_other(engine: Engine
     assert [(c.row.payload["mark"], c.serial_group) for c in first] == [("a", long_group)]
     runner.run(first)
     assert [c.row.payload["mark"] for c in claimer.claim(10, [long_group])] == ["b"]
+
+
+def test_the_cycle_claims_the_next_head_of_each_group_its_batch_freed(engine: Engine) -> None:
+    """The worker's claim-and-run cycle (``inbox/engine/cycle.py``), no head pass: a freed
+    group's next head is waiting, no candidate, yet the next claim takes it."""
+    kit = make_kit(engine)
+    group = own_group()
+    store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=group)
+    kit.take_outbox()
+    for mark in "abc":
+        claims = kit.claim()
+        assert [c.row.payload["mark"] for c in claims] == [mark]
+        assert kit.cycle.freed == {}  # decided: nothing left to ask for
+        kit.run(claims)
+        assert kit.cycle.freed == {group: 0}
+    assert kit.claim() == [] and kit.cycle.freed == {}  # the group is empty: dropped
+    assert kit.ran == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mariadb"], indirect=True)
+def test_the_cycle_asks_for_a_busy_freed_group_a_bounded_number_of_times(engine: Engine) -> None:
+    """A freed group whose lock is busy elsewhere is asked for again in the next passes, then
+    left to the head-of-group pass (SQLite: its group lock is the write lock)."""
+    kit = make_kit(engine)
+    group = own_group()
+    store_jobs(engine, [("a", 1), ("b", 1)], group=group)
+    kit.take_outbox()
+    kit.run(kit.claim())
+    assert kit.cycle.freed == {group: 0}
+    with group_lock_held_elsewhere(engine, kit, group):
+        assert kit.claim() == [] and kit.cycle.freed == {group: 1}
+        for _ in range(FREED_TRIES):
+            assert kit.claim() == []
+    assert kit.cycle.freed == {}
+    assert rows(engine)["b"].state == states.WAITING
+    assert kit.heads.head_pass() == 1
+    assert kit.drain() == ["a", "b"]

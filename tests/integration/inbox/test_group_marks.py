@@ -11,8 +11,8 @@ from sqlalchemy import Engine, select, update
 from inbox.engine.locks import group_transaction
 from outbox import inbox_table, states
 from outbox.schema import groups_table
-from tests.integration.inbox.helpers import make_kit, rows, set_state, store_jobs
-from tests.integration.inbox.test_batches import batched, own_group
+from tests.integration.inbox.helpers import make_kit, own_group, rows, set_state, store_jobs
+from tests.integration.inbox.test_batches import batched
 
 pytestmark = pytest.mark.db
 
@@ -36,19 +36,19 @@ def test_a_finish_marks_its_group_and_the_marked_pass_promotes_the_next_head(
     claimer, runner = batched(kit)
     (claim,) = claimer.claim(10)  # a; b and c are set waiting, the group marked
     assert marks(engine) == {group: True}
-    kit.claimer.head_pass()  # a runs: nothing to promote, the mark is cleared
+    kit.heads.head_pass()  # a runs: nothing to promote, the mark is cleared
     assert marks(engine) == {group: False}
     assert runner.run([claim]) == [(claim, "done")]
     # Then the finish marked the group, and the marked pass promotes b (only b)
     assert marks(engine) == {group: True}
-    assert kit.claimer.head_pass() == 1
+    assert kit.heads.head_pass() == 1
     assert {m: r.state for m, r in rows(engine).items()} == {
         "a": states.DONE,
         "b": states.READY,
         "c": states.WAITING,
     }
     assert marks(engine) == {group: False}
-    assert kit.claimer.head_pass() == 0
+    assert kit.heads.head_pass() == 0
 
 
 def test_the_marked_pass_reads_marked_groups_only_and_the_full_pass_every_group(
@@ -64,8 +64,8 @@ def test_the_marked_pass_reads_marked_groups_only_and_the_full_pass_every_group(
         conn.execute(update(inbox_table).values(state=states.WAITING))
     # Then the marked pass does not see it; the full pass (worker start, every 300 s, the
     # idle check) promotes its head
-    assert kit.claimer.head_pass() == 0
-    assert kit.claimer.head_pass(full=True) == 1
+    assert kit.heads.head_pass() == 0
+    assert kit.heads.head_pass(full=True) == 1
     assert rows(engine)["a"].state == states.READY
 
 
@@ -93,14 +93,14 @@ def test_a_group_whose_lock_stays_busy_is_marked_again(engine: Engine) -> None:
     try:
         assert held.wait(30)
         # When the pass runs: the lock does not come within the group's lock timeout
-        assert kit.claimer.head_pass() == 0
+        assert kit.heads.head_pass() == 0
         # Then the group is marked again, and b still waits
         assert marks(engine) == {group: True}
         assert rows(engine)["b"].state == states.WAITING
     finally:
         release.set()
         holder.join()
-    assert kit.claimer.head_pass() == 1
+    assert kit.heads.head_pass() == 1
     assert rows(engine)["b"].state == states.READY
 
 
@@ -115,7 +115,7 @@ def test_a_head_held_back_by_an_undelivered_outbox_row_stays_marked(engine: Engi
     store_jobs(engine, [("u", 1)], group=group)
     set_state(engine, rows(engine)["a"].id, states.WAITING)
     # When the marked pass looks at it: u stands before a, nothing is promoted
-    assert kit.claimer.head_pass() == 0
+    assert kit.heads.head_pass() == 0
     # Then the group stays marked, for the next pass to look again
     assert marks(engine) == {group: True}
     assert rows(engine)["a"].state == states.WAITING

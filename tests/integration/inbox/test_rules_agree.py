@@ -1,4 +1,5 @@
-"""The SQL and the pure rules (inbox/rules.py) agree on random groups, on every database."""
+"""The SQL and the pure rules (inbox/rules.py) agree on random groups, on every database: the
+head pass's checks, and what the claim pass reads of each group for ``rules.decide_group``."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from sqlalchemy import Engine, insert, select
 
 from inbox import rules
 from inbox.engine.heads import Candidate
+from inbox.sql import claims as claim_queries
 from inbox.sql import heads as queries
 from outbox import inbox_table, states
+from outbox.dialect import dialect_of
 from tests.integration.inbox.helpers import make_kit
 
 pytestmark = pytest.mark.db
@@ -78,11 +81,11 @@ def test_blockers_and_heads_match_the_rules(engine: Engine, on_retry: str) -> No
             for row in members:
                 expected = rules.blocker(row, members, now, policy) is not None
                 candidate = Candidate(row.id, group, row.priority, row.seq, row.state)
-                assert kit.claimer.blocked(conn, candidate, now) == expected, (group, row)
+                assert kit.heads.blocked(conn, candidate, now) == expected, (group, row)
                 checked += 1
             head = rules.head(members, now, policy)
             found = conn.execute(
-                queries.group_head(inbox_table, "c1", group, now, kit.claimer.skip_retry)
+                queries.group_head(inbox_table, "c1", group, now, kit.heads.skip_retry)
             ).first()
             assert (found.id if found else None) == (head.id if head else None), group
         # The derived-table pass finds exactly the groups whose head waits with nothing busy
@@ -93,7 +96,27 @@ def test_blockers_and_heads_match_the_rules(engine: Engine, on_retry: str) -> No
             if head is not None and head.state == states.WAITING and not busy:
                 expected_heads.add(head.id)
         found_heads = conn.execute(
-            queries.waiting_heads(inbox_table, "c1", now, kit.claimer.skip_retry)
+            queries.waiting_heads(inbox_table, "c1", now, kit.heads.skip_retry)
+        ).all()
+        # The claim pass's one read of its groups: each group's running and holding rows, and
+        # its head in line, as the rules have them
+        views = conn.execute(
+            claim_queries.group_views(
+                inbox_table, None, kit.claimer.consumer.skip_retry, False, dialect_of(engine)
+            ),
+            {"consumer": "c1", "groups": groups, "now": now},
         ).all()
     assert {h.id for h in found_heads} == expected_heads
     assert checked == len(stored)
+    holding = (states.PROCESSING, *states.GROUP_HOLDING_STATES)
+    expected_busy = {
+        (group, m.id) for group, members in by_group.items() for m in members if m.state in holding
+    }
+    assert {(v.serial_group, v.id) for v in views if v.kind == claim_queries.BUSY} == expected_busy
+    expected_view_heads = {}
+    for group, members in by_group.items():
+        head = rules.head(members, now, policy)
+        if head is not None:
+            expected_view_heads[group] = head.id
+    found_view_heads = {v.serial_group: v.id for v in views if v.kind == claim_queries.HEAD}
+    assert found_view_heads == expected_view_heads

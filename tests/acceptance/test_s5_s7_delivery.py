@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from inbox.engine.claims import BatchClaimer
-from inbox.engine.settings import DEFAULT_BATCH_SIZE
+from inbox.settings import WorkerOptions
 from inbox.startup import holds_outbox
 from outbox import inbox_table, states
 from tests.acceptance.test_s1_s4_ordering import S1, S1_ORDER, check_serial, store
@@ -68,7 +68,7 @@ def test_s5_duplicate_delivery_has_one_effect(bed: Bed) -> None:
         # Nothing for a claim pass to take (the worker's, as its handler threads claim)
         job_queue = bool(holds_outbox(bed.engine, consumer, None))
         claimer = BatchClaimer(consumer, bed.engine, job_queue=job_queue)
-        assert claimer.claim(DEFAULT_BATCH_SIZE) == []
+        assert claimer.claim(WorkerOptions.batch_size) == []
     finally:
         for worker in workers:  # SIGTERM: finish and exit 0 (the idle one may still start)
             sigterm_when_ready(worker)

@@ -24,8 +24,8 @@ from inbox.engine.heads import Candidate, HeadPass
 from inbox.engine.leases import LeaseKeeper
 from inbox.engine.marks import mark_groups
 from inbox.engine.runner import BatchRunner
-from inbox.engine.settings import DEFAULT_BATCH_SIZE, DEFAULT_ISOLATION, Isolation
 from inbox.ingest import InboxIngest
+from inbox.settings import Isolation, WorkerOptions
 from inbox.sources.database import DatabaseSource
 from outbox import Message, inbox_table, store_many
 from outbox.backoff import Backoff
@@ -53,8 +53,8 @@ class Mode:
     """How the kit's engine runs: messages per claim (the worker's batch size, N) and how a
     raising handler is kept from the others (its isolation). The default: the worker's."""
 
-    batch_size: int = DEFAULT_BATCH_SIZE
-    isolation: Isolation = DEFAULT_ISOLATION
+    batch_size: int = WorkerOptions.batch_size
+    isolation: Isolation = WorkerOptions.isolation
 
     def __str__(self) -> str:
         return f"n{self.batch_size}-{self.isolation}"

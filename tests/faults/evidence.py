@@ -8,6 +8,8 @@ a passing run but the connection details read just before each kill.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 import shutil
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KEPT = ROOT / "build" / "fault-logs"
 TAIL_LINES = 40
 WINDOW = 5.0  # seconds around an overlap whose kills and runs are shown
+PID_RUNS = 60  # runs shown per process involved (the latest in the window)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,11 @@ def explain_overlaps(
         for run in sorted(runs, key=lambda r: r.start):
             if run.group == first.group and run.end >= low and run.start <= high:
                 out.append(f"    {describe_run(run)}")
+        for pid in dict.fromkeys((first.pid, second.pid)):
+            out.append(f"  runs of pid {pid} from {clock(low)} to {clock(high)}:")
+            mine = [r for r in runs if r.pid == pid and r.end >= low and r.start <= high]
+            for run in sorted(mine, key=lambda r: r.start)[-PID_RUNS:]:
+                out.append(f"    {run.group} {describe_run(run)}")
         out.append("  kills in that window:")
         for kill in kills:
             if low <= kill.at <= high:
@@ -133,6 +141,16 @@ def describe_rows(rows: Sequence[Any]) -> str:
         "  inbox row " + " ".join(f"{key}={value}" for key, value in row._mapping.items())
         for row in rows
     )
+
+
+def as_csv(rows: Sequence[Any]) -> str:
+    """Rows of a SQLAlchemy result as CSV, with a header."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    if rows:
+        writer.writerow(rows[0]._mapping.keys())
+    writer.writerows(tuple(row) for row in rows)
+    return out.getvalue()
 
 
 def keep_logs(label: str, logs: Sequence[Path], extra: dict[str, str] | None = None) -> str:

@@ -53,6 +53,10 @@ class Tally:
     duplicates: int
     killed_in_handler: int = 0
     overlap_runs: list[tuple[Run, Run]] = field(default_factory=list)  # the runs of ``overlaps``
+    # Near misses, not failures: runs whose claim another worker took back while they ran
+    # (their finish was fenced off), and the least lease a run had left when it started.
+    taken_back: int = 0
+    lease_margin: float | None = None
 
     def problems(self) -> list[str]:
         found = []
@@ -106,6 +110,8 @@ def tally(
         duplicates=sum(int(r.duplicates) for r in inbox),
         killed_in_handler=sum(1 for r in runs if r.killed),
         overlap_runs=pairs,
+        taken_back=sum(1 for r in runs if r.end_token not in (None, r.token)),
+        lease_margin=min((r.lease - r.start for r in runs if r.lease is not None), default=None),
     )
 
 

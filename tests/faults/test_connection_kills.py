@@ -86,7 +86,9 @@ def test_killed_connections_lose_and_double_nothing(
             relay_kills=kills["relay"],
             worker_kills=kills["worker"],
             busy_kills=kills["busy"],
+            taken_back=result.taken_back,
         )
+        + ("" if result.lease_margin is None else f" lease_margin={result.lease_margin:.3f}s")
         + f" failed={result.failed} seconds={seconds}"
     )
     # every worker and relay survived and stopped cleanly

@@ -38,6 +38,7 @@ from outbox import inbox_table, states
 from outbox.store import Message
 from tests.faults.evidence import (
     Kill,
+    as_csv,
     connection_detail,
     describe_kill,
     describe_rows,
@@ -292,19 +293,28 @@ class FaultBed:
 
     def evidence(self, result: Tally | None = None) -> str:
         """For a failure's message: the overlapping runs with their claims and the kills
-        around them, the inbox rows involved, and the logs, kept under build/."""
+        around them, the inbox rows involved, and the logs, kept under build/ with every
+        recorded run and the consumer's inbox rows (CSV). Never raises: it must not hide the
+        failure it explains."""
         parts = []
-        if result is not None and result.overlap_runs:
-            runs = runs_from(self.bed.events(), self.kill_times)
-            parts.append(explain_overlaps(result.overlap_runs, runs, self.killed))
-            ids = {r.row_id for pair in result.overlap_runs for r in pair if r.row_id}
+        kept = {"kills.txt": "\n".join(describe_kill(k) for k in self.killed)}
+        try:
+            events = self.bed.events()
             with self.bed.engine.connect() as conn:
-                rows = conn.execute(
-                    select(inbox_table).where(inbox_table.c.id.in_(sorted(ids)))
+                inbox = conn.execute(
+                    select(inbox_table)
+                    .where(inbox_table.c.consumer == self.consumer)
+                    .order_by(inbox_table.c.id)
                 ).all()
-            parts.append(describe_rows(rows))
-        kills = "\n".join(describe_kill(k) for k in self.killed)
-        parts.append(keep_logs(self.label, self.logs, {"kills.txt": kills}))
+            kept |= {"events.csv": as_csv(events), "inbox.csv": as_csv(inbox)}
+            if result is not None and result.overlap_runs:
+                runs = runs_from(events, self.kill_times)
+                parts.append(explain_overlaps(result.overlap_runs, runs, self.killed))
+                ids = {r.row_id for pair in result.overlap_runs for r in pair if r.row_id}
+                parts.append(describe_rows([r for r in inbox if r.id in ids]))
+        except Exception as exc:  # the database went away: the logs still help
+            parts.append(f"(runs and inbox rows not read: {exc!r})")
+        parts.append(keep_logs(self.label, self.logs, kept))
         return "\n".join(parts)
 
 

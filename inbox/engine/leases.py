@@ -3,6 +3,7 @@ statement, every third of the visibility timeout (not a thread per message).
 
 A claim leaves the keeper when its batch ends, whatever the outcome, so a claim the worker
 gave up on (its transaction failed) is no longer renewed and expires for another worker (G9).
+A renewal that fails is tried again within a fraction of a second (``retry_wait``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from inbox.sql import claims as q
 from outbox.clock import utcnow
 
 log = logging.getLogger("inbox.engine.leases")
+
+# The first retry of a failed renewal, doubled for each further failure up to the interval.
+RETRY_SECONDS = 0.1
 
 
 class LeaseKeeper(ConsumerPart):
@@ -58,10 +62,26 @@ class LeaseKeeper(ConsumerPart):
             return int(conn.execute(q.renew_leases(self.inbox), parameters).rowcount)
 
     def run(self, stop: threading.Event) -> None:
-        """The heartbeat thread's loop, until ``stop``."""
+        """The heartbeat thread's loop, until ``stop``.
+
+        A failed renewal is tried again soon, then less and less often, up to the interval:
+        a lease has two intervals of margin, and the usual failure (a connection dropped,
+        a deadlock victim) is gone on the next try. Left for the next beat, one more failure
+        or one slow renewal let leases of a live worker run out, and another worker ran its
+        messages beside it (the fence only kept the second finish out)."""
         interval = self.consumer.visibility_timeout / 3
-        while not stop.wait(interval):
+        failures = 0
+        while not stop.wait(retry_wait(interval, failures)):
             try:
                 self.renew()
-            except Exception as exc:  # the database is away: the next beat tries again
-                log.warning("leases not renewed: %s", exc)
+                failures = 0
+            except Exception as exc:  # the database is away: tried again (retry_wait)
+                failures += 1
+                log.warning("leases not renewed (%s in a row): %s", failures, exc)
+
+
+def retry_wait(interval: float, failures: int) -> float:
+    """Seconds before the next renewal after ``failures`` failed ones in a row."""
+    if not failures:
+        return interval
+    return min(interval, RETRY_SECONDS * 2.0 ** (failures - 1))

@@ -127,8 +127,10 @@ class BatchRunner(ConsumerPart):
                 gated.append((claim, refused_version))
             else:
                 pending.append(claim)
+        first = True
         while pending or failed or gated:
-            done, pending, lost = self._transaction(pending, failed, gated)
+            done, pending, lost = self._transaction(pending, failed, gated, checked=first)
+            first = False
             outcomes += [(c, LOST) for c in lost]
             outcomes += done
             failed, gated = [], []
@@ -150,21 +152,33 @@ class BatchRunner(ConsumerPart):
         return None
 
     def _transaction(
-        self, pending: list[Claim], failed: list[Failed], gated: list[Gated]
+        self, pending: list[Claim], failed: list[Failed], gated: list[Gated], *, checked: bool
     ) -> tuple[list[tuple[Claim, str]], list[Claim], list[Claim]]:
         """One transaction: run handlers of ``pending`` until the time bound, write the done
         marks, the gate's decisions and the failures (``failed`` and ``gated``: decided
-        before this transaction). Returns (outcomes, claims not yet run, claims lost)."""
+        before this transaction). Returns (outcomes, claims not yet run, claims lost).
+
+        ``checked``: the claims were just taken. Any later run of them (the batch's next
+        transaction, or this one again after a rollback) first drops the claims another
+        worker took back meanwhile (their lease ran out: renewals lost to a dropped
+        connection or a deadlock): running such a handler again would overlap with that
+        worker's run of the same message, only for the fence to refuse it at the end."""
         lost: list[Claim] = []
         deadlocks = 0
         while True:
+            if not checked:
+                pending, failed, gated = self._without_lost(pending, failed, gated, lost)
+            checked = False
             try:
                 with self.calls.session() as session:
                     ran, decided, raised, rest = self._handlers(session, pending)
                     outcomes = self._finish(session, ran, failed + raised, gated + decided)
                     if outcomes is None:  # a claim was taken back: find it, run again
                         session.rollback()
-                        pending, failed, gated = self._without_lost(pending, failed, gated, lost)
+                        pending, failed, gated = self._without_lost(
+                            pending, failed, gated, lost, refused=True
+                        )
+                        checked = True
                         continue
                     session.commit()
                     return outcomes, rest, lost
@@ -180,13 +194,21 @@ class BatchRunner(ConsumerPart):
                 log.warning("batch rolled back as a deadlock victim: running it again")
 
     def _without_lost(
-        self, pending: list[Claim], failed: list[Failed], gated: list[Gated], lost: list[Claim]
+        self,
+        pending: list[Claim],
+        failed: list[Failed],
+        gated: list[Gated],
+        lost: list[Claim],
+        *,
+        refused: bool = False,
     ) -> tuple[list[Claim], list[Failed], list[Gated]]:
         """``pending``, ``failed`` and ``gated`` without the claims no longer held, added to
-        ``lost``."""
+        ``lost``. ``refused``: the fence just refused one of them, so one must be gone."""
         everyone = pending + [f.claim for f in failed] + [c for c, _ in gated]
+        if not everyone:
+            return pending, failed, gated
         held = self._held(everyone)
-        if len(held) == len(everyone):
+        if refused and len(held) == len(everyone):
             raise RuntimeError("done marks changed fewer rows than are held")
         lost += [c for c in everyone if c.row_id not in held]
         return (

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.tally import measure
 from tests.faults.worker_harness import (
     SOURCES,
     FaultBed,
     Producer,
     fault_bed,
     load,
-    measure,
     random_pause,
 )
 from tests.support.workers import Bed, wait_for
@@ -43,7 +43,7 @@ def _kill_one(faults: FaultBed, role: str, rng: random.Random, tally: Counter[st
     connections = faults.connections(role)
     busy = [c for c, is_busy in connections if is_busy]
     pool = busy or [c for c, _ in connections]
-    if pool and faults.kill_connection(rng.choice(pool)):
+    if pool and faults.kill_connection(rng.choice(pool), role):
         tally[role] += 1
         tally["busy"] += bool(busy)
 
@@ -86,11 +86,14 @@ def test_killed_connections_lose_and_double_nothing(
             relay_kills=kills["relay"],
             worker_kills=kills["worker"],
             busy_kills=kills["busy"],
+            taken_back=result.taken_back,
         )
+        + ("" if result.lease_margin is None else f" lease_margin={result.lease_margin:.3f}s")
         + f" failed={result.failed} seconds={seconds}"
     )
-    assert codes == [0] * len(codes)  # every worker and relay survived and stopped cleanly
-    assert result.problems() == []
+    # every worker and relay survived and stopped cleanly
+    assert codes == [0] * len(codes), faults.evidence(result)
+    assert result.problems() == [], faults.evidence(result)
     assert (result.stored, result.done + result.failed) == (total, total)
     # (a round finds no connection of a role only in the instant it reconnects)
     assert kills["worker"] >= ROUNDS // 2

@@ -3,7 +3,7 @@ on PostgreSQL and MariaDB, with the database source, RabbitMQ and Kafka.
 
 A producer stores while the workers run, so kills land while messages are received, claimed
 and handled. Every kill is followed by a fresh worker. A killed claim comes back after the
-visibility timeout; the verdict is read from the database (worker_harness.Tally): nothing
+visibility timeout; the verdict is read from the database (tests/faults/tally.py): nothing
 lost, one effect per message, no overlap inside a group, and the duplicates the inbox
 absorbed (broker messages received but not yet acknowledged by a killed worker).
 """
@@ -19,16 +19,14 @@ from types import SimpleNamespace
 import pytest
 
 from outbox import states
+from tests.faults.tally import measure, runs_from, tally
 from tests.faults.worker_harness import (
     SOURCES,
     FaultBed,
     Producer,
     fault_bed,
     load,
-    measure,
     random_pause,
-    runs_from,
-    tally,
     trap_event_id,
 )
 from tests.support.workers import Bed, wait_for

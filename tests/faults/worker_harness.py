@@ -9,15 +9,15 @@ Relays and workers connect under names of their own, so a test can find and kill
 database connections: ``application_name`` on PostgreSQL, a user of their own on MariaDB
 (performance_schema, which would show connect attributes, is off there).
 
-The verdict is read from the database only (``Tally``): every stored event_id has one done
-inbox row or a failed one with its reason, one effect per done row and none for a failed one,
-no two runs of a group overlapping in wall time, and the duplicates the inbox absorbed.
+The verdict is read from the database only (tests/faults/tally.py). On a failure the
+scenario's evidence (tests/faults/evidence.py: the overlapping runs with their claims, the
+kills around them, the workers' and relays' logs) goes into the failure's message, and the
+logs are kept under build/fault-logs/.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import random
 import signal
@@ -25,7 +25,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,16 +35,25 @@ from sqlalchemy import func, select, text
 from sqlalchemy.engine import URL, make_url
 
 from outbox import inbox_table, states
-from outbox.schema import outbox_table
 from outbox.store import Message
+from tests.faults.evidence import (
+    Kill,
+    as_csv,
+    connection_detail,
+    describe_kill,
+    describe_rows,
+    explain_overlaps,
+    keep_logs,
+    socket_owner,
+)
+from tests.faults.tally import Tally, runs_from
 from tests.integration.relay.helpers import RelayProcess, rabbit_channel, store_rows
 from tests.support import services
-from tests.support.handlers import effects, events
+from tests.support.handlers import events
 from tests.support.workers import Bed, wait_for
 
 GROUPS = 50
 SOURCES = ("database", "rabbitmq", "kafka")
-SHORT = {"postgresql": "pg", "mariadb": "mariadb"}
 TRAPS = uuid.UUID("0f3c52d1-2b7e-4c55-9d8e-5a41c2f7b901")  # namespace of the traps' event ids
 
 
@@ -98,6 +106,9 @@ class FaultBed:
     relays: list[RelayProcess] = field(default_factory=list)
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     kill_times: dict[int, float] = field(default_factory=dict)  # worker pid -> SIGKILL time
+    label: str = "fault"  # the test's name, for the logs kept on failure
+    logs: list[Path] = field(default_factory=list)  # every worker's and relay's log
+    killed: list[Kill] = field(default_factory=list)  # connections killed (kill_connection)
 
     @property
     def consumer(self) -> str:
@@ -130,11 +141,14 @@ class FaultBed:
 
     def spawn_worker(self, visibility: float, max_attempts: int) -> subprocess.Popen[bytes]:
         extra = ["--source", self.broker_url] if self.broker_url else []
+        log = self.tmp_path / f"worker{len(self.logs)}.log"
+        self.logs.append(log)
         worker = self.bed.spawn(
             stop_when_idle=False,
             time_limit=600,
             concurrency=2,
-            extra=[*extra, "--log-level", "ERROR"],
+            extra=[*extra, "--log-level", "INFO"],
+            log=log,
             consumer=self.consumer,
             queues=[self.queue],
             visibility=visibility,
@@ -153,6 +167,7 @@ class FaultBed:
                 "--queue", self.queue, "--poll-interval", "0.05", "--batch-size", "100",
                 broker=self.broker_url,
             )  # fmt: skip
+            self.logs.append(relay.log)
             self.relays.append(relay.start())
         wait_for(lambda: all(r.started() for r in self.relays), 60, "the relays to start")
 
@@ -258,8 +273,12 @@ class FaultBed:
                 ).all()
         return [(int(r[0]), bool(r[1])) for r in rows]
 
-    def kill_connection(self, connection_id: int) -> bool:
+    def kill_connection(self, connection_id: int, role: str = "") -> bool:
         with self.bed.engine.connect() as conn:
+            port, what = connection_detail(conn, self.dialect, connection_id)
+            pids = [w.pid for w in self.workers] + [r.proc.pid for r in self.relays if r.proc]
+            owner = socket_owner(port, pids)
+            self.killed.append(Kill(time.time(), role, connection_id, port, owner, what))
             if self.dialect == "postgresql":
                 return bool(
                     conn.execute(
@@ -271,6 +290,32 @@ class FaultBed:
             except Exception:  # gone meanwhile (ended by itself)
                 return False
             return True
+
+    def evidence(self, result: Tally | None = None) -> str:
+        """For a failure's message: the overlapping runs with their claims and the kills
+        around them, the inbox rows involved, and the logs, kept under build/ with every
+        recorded run and the consumer's inbox rows (CSV). Never raises: it must not hide the
+        failure it explains."""
+        parts = []
+        kept = {"kills.txt": "\n".join(describe_kill(k) for k in self.killed)}
+        try:
+            events = self.bed.events()
+            with self.bed.engine.connect() as conn:
+                inbox = conn.execute(
+                    select(inbox_table)
+                    .where(inbox_table.c.consumer == self.consumer)
+                    .order_by(inbox_table.c.id)
+                ).all()
+            kept |= {"events.csv": as_csv(events), "inbox.csv": as_csv(inbox)}
+            if result is not None and result.overlap_runs:
+                runs = runs_from(events, self.kill_times)
+                parts.append(explain_overlaps(result.overlap_runs, runs, self.killed))
+                ids = {r.row_id for pair in result.overlap_runs for r in pair if r.row_id}
+                parts.append(describe_rows([r for r in inbox if r.id in ids]))
+        except Exception as exc:  # the database went away: the logs still help
+            parts.append(f"(runs and inbox rows not read: {exc!r})")
+        parts.append(keep_logs(self.label, self.logs, kept))
+        return "\n".join(parts)
 
 
 def catches_sigterm(process: subprocess.Popen[bytes]) -> bool:
@@ -298,10 +343,14 @@ def fault_bed(
         broker_url = services.RABBITMQ_URL
     elif source == "kafka":
         broker_url = request.getfixturevalue("kafka_broker").url
-    faults = FaultBed(bed, dialect, source, broker_url, tmp_path)
+    faults = FaultBed(bed, dialect, source, broker_url, tmp_path, label=request.node.nodeid)
     try:
         faults.setup()
         yield faults
+    except BaseException as exc:
+        # A deadline missed inside the scenario: the logs say what the processes were doing.
+        exc.add_note(faults.evidence())
+        raise
     finally:
         faults.teardown()
 
@@ -343,134 +392,3 @@ class Producer:
 def random_pause(rng: random.Random, low: float, high: float) -> None:
     """A random instant in the life of the processes (not synchronisation)."""
     time.sleep(rng.uniform(low, high))
-
-
-# --- the verdict ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Run:
-    mark: str
-    group: str | None
-    start: float
-    end: float  # the end event, or the SIGKILL of its process, or +inf: never ended
-    killed: bool = False  # its process was SIGKILLed inside the handler
-
-
-@dataclass(frozen=True)
-class Tally:
-    stored: int
-    done: int
-    failed: int
-    lost: list[str]
-    double: list[str]
-    overlaps: list[tuple[str, str]]
-    duplicates: int
-    killed_in_handler: int = 0
-
-    def problems(self) -> list[str]:
-        found = []
-        if self.lost:
-            found.append(f"{len(self.lost)} lost, e.g. {self.lost[:5]}")
-        if self.double:
-            found.append(f"{len(self.double)} with a wrong effect count, e.g. {self.double[:5]}")
-        if self.overlaps:
-            found.append(f"{len(self.overlaps)} overlapping runs, e.g. {self.overlaps[:5]}")
-        return found
-
-    def line(self, scenario: str, dialect: str, source: str, **extra: int) -> str:
-        tail = "".join(f" {k}={v}" for k, v in extra.items())
-        return (
-            f"FAULT {scenario} {SHORT.get(dialect, dialect)} {source}: stored={self.stored}"
-            f" done={self.done} lost={len(self.lost)} double={len(self.double)}"
-            f" overlaps={len(self.overlaps)} duplicates_absorbed={self.duplicates}{tail}"
-        )
-
-
-def tally(
-    stored: Sequence[Any],
-    inbox: Sequence[Any],
-    effect_ids: Sequence[Any],
-    runs: Sequence[Run],
-) -> Tally:
-    """``stored``: event ids of the outbox; ``inbox``: rows (event_id, state, last_error,
-    duplicates) of the consumer; ``effect_ids``: the event_id of every effect row."""
-    rows = {r.event_id: r for r in inbox}
-    effect_count = Counter(effect_ids)
-    lost, double = [], []
-    for event_id in stored:
-        row = rows.get(event_id)
-        if row is None or not (
-            row.state == states.DONE or (row.state == states.FAILED and row.last_error)
-        ):
-            lost.append(str(event_id))  # no row, unfinished, or failed without a reason
-        elif row.state == states.DONE and effect_count[event_id] == 0:
-            lost.append(str(event_id))  # done, but its effect is missing
-        elif effect_count[event_id] != (1 if row.state == states.DONE else 0):
-            double.append(str(event_id))
-    double += [str(e) for e in effect_count if e not in rows]  # an effect nobody stored
-    return Tally(
-        stored=len(stored),
-        done=sum(1 for r in inbox if r.state == states.DONE),
-        failed=sum(1 for r in inbox if r.state == states.FAILED),
-        lost=lost,
-        double=double,
-        overlaps=group_overlaps(runs),
-        duplicates=sum(int(r.duplicates) for r in inbox),
-        killed_in_handler=sum(1 for r in runs if r.killed),
-    )
-
-
-def runs_from(events: Sequence[Any], kill_times: dict[int, float]) -> list[Run]:
-    """Handler runs from the recorded events; a run without an end event ended when its
-    process was SIGKILLed, or never (+inf, which overlaps everything after it)."""
-    open_runs: dict[tuple[str, int, int], Any] = {}
-    runs = []
-    for e in events:
-        key = (e.mark, e.attempt, e.pid)
-        if e.kind == "start":
-            open_runs[key] = e
-        elif key in open_runs:
-            s = open_runs.pop(key)
-            runs.append(Run(s.mark, s.grp, s.at, e.at))
-    for s in open_runs.values():
-        end = kill_times.get(s.pid, math.inf)
-        runs.append(Run(s.mark, s.grp, s.at, end, killed=end < math.inf))
-    return runs
-
-
-def group_overlaps(runs: Sequence[Run]) -> list[tuple[str, str]]:
-    """Pairs of runs of one serial group whose wall-time intervals intersect."""
-    by_group: dict[str, list[Run]] = defaultdict(list)
-    for run in runs:
-        if run.group is not None:
-            by_group[run.group].append(run)
-    found = []
-    for group_runs in by_group.values():
-        group_runs.sort(key=lambda r: r.start)
-        active: list[Run] = []
-        for run in group_runs:
-            active = [a for a in active if a.end > run.start]
-            found += [(a.mark, run.mark) for a in active]
-            active.append(run)
-    return found
-
-
-def measure(faults: FaultBed) -> Tally:
-    bed = faults.bed
-    with bed.engine.connect() as conn:
-        stored = list(
-            conn.execute(
-                select(outbox_table.c.event_id).where(outbox_table.c.queue == faults.queue)
-            ).scalars()
-        )
-        inbox = conn.execute(
-            select(
-                inbox_table.c.event_id,
-                inbox_table.c.state,
-                inbox_table.c.last_error,
-                inbox_table.c.duplicates,
-            ).where(inbox_table.c.consumer == faults.consumer)
-        ).all()
-        effect_ids = list(conn.execute(select(effects.c.event_id)).scalars())
-    return tally(stored, inbox, effect_ids, runs_from(bed.events(), faults.kill_times))

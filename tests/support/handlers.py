@@ -6,6 +6,11 @@ its own autocommit connection (so rolled-back and killed runs are recorded too),
 its effect through the handler's session (so the effect commits with ``done`` or not at all).
 On SQLite the recorder is a separate file: the handler's transaction holds the main file's
 write lock.
+
+Each event also carries the message's inbox row as committed at that instant (its id, claim
+token, state and lease) and the handler's thread: two runs that overlap can then be traced to
+the claims they ran under, and an ``end`` whose token is not its ``start``'s shows the claim
+was taken back while the handler ran (see ``claim_seen``).
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import (
     Column,
+    Connection,
     Double,
     Engine,
     Integer,
@@ -28,6 +35,7 @@ from sqlalchemy import (
     Uuid,
     create_engine,
     insert,
+    select,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
@@ -36,6 +44,7 @@ from sqlalchemy.sql.dml import Insert
 from inbox import Consumer, EffectUnknown, InboxMessage
 from outbox.backoff import Backoff
 from outbox.dsn import normalize
+from outbox.schema import schema_for
 
 effects_metadata = MetaData()
 effects = Table(
@@ -56,6 +65,12 @@ events = Table(
     Column("pid", Integer, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("at", Double, nullable=False),
+    # The inbox row as committed when the event was recorded (NULL on SQLite: see claim_seen).
+    Column("row_id", Integer, nullable=True),
+    Column("token", String(36), nullable=True),
+    Column("row_state", String(20), nullable=True),
+    Column("lease", Double, nullable=True),  # its lease_until, epoch seconds
+    Column("thread", String(50), nullable=True),
 )
 
 
@@ -79,6 +94,7 @@ def recorder() -> Engine:
 
 def record(message: InboxMessage, kind: str) -> None:
     with recorder().connect() as conn:
+        at = time.time()
         conn.execute(
             insert(events).values(
                 mark=message.payload["mark"],
@@ -86,9 +102,37 @@ def record(message: InboxMessage, kind: str) -> None:
                 kind=kind,
                 pid=os.getpid(),
                 attempt=message.attempt,
-                at=time.time(),
+                at=at,
+                thread=threading.current_thread().name[:50],
+                **claim_seen(conn, message),
             )
         )
+
+
+def claim_seen(conn: Connection, message: InboxMessage) -> dict[str, Any]:
+    """The message's inbox row as committed now: id, claim token, state, lease.
+
+    Read through the recorder's connection, not the handler's session: the session's
+    transaction is at READ COMMITTED and has not written the row, so it would see the same
+    committed row, while a read of ours in it would be one more statement the fault tests'
+    connection kills could fail (a different run from the one measured). At a ``start`` the
+    token is the claim the handler runs under (its claim committed before the run), unless
+    another worker took the claim back even before: then two runs show one token. At an
+    ``end`` a token other than the start's means the claim was taken back while it ran.
+    SQLite: the recorder is another file, the row is not read (the fault suite has none)."""
+    if conn.dialect.name == "sqlite":
+        return {}
+    inbox = schema_for(consumer.config).inbox
+    row = conn.execute(
+        select(inbox.c.id, inbox.c.claim_token, inbox.c.state, inbox.c.lease_until).where(
+            inbox.c.consumer == consumer.name, inbox.c.event_id == message.event_id
+        )
+    ).first()
+    if row is None:
+        return {}
+    lease = row.lease_until.timestamp() if row.lease_until is not None else None
+    token = str(row.claim_token) if row.claim_token is not None else None
+    return {"row_id": row.id, "token": token, "row_state": row.state, "lease": lease}
 
 
 def _wait_for_file(path: str | None, deadline: float = 60.0) -> None:

@@ -109,6 +109,49 @@ def test_a_claim_taken_back_mid_batch_is_lost_and_only_its_effect_is_dropped(
     assert rows(engine)["b"].state == states.PROCESSING  # the other worker's, untouched
 
 
+def test_a_batch_run_again_leaves_out_the_claims_taken_back_meanwhile(engine: Engine) -> None:
+    """Run again after a handler raised (as one does when a killed connection fails its
+    statement), the batch first drops what another worker took back while it ran (a lease
+    that ran out): b must not run again beside that worker's run of it. The fault test
+    that kills connections once caught such a second run overlapping the other's."""
+    kit = make_kit(engine)
+    kit.fail = {"c": 1}
+    store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=None)
+    kit.take_outbox()
+    claimer, runner = batched(kit, isolation="rerun")
+    claims = claimer.claim(10)
+
+    def take_back_b(message: InboxMessage) -> None:
+        # The handler writes nothing: even SQLite's batch holds no write lock yet.
+        if message.payload["mark"] == "c":
+            set_state(engine, rows(engine)["b"].id, states.PROCESSING, claim_token=uuid4())
+
+    kit.during = take_back_b
+    outcomes = {c.row.payload["mark"]: o for c, o in runner.run(claims)}
+    assert outcomes == {"a": states.DONE, "b": "lost", "c": states.RETRY}
+    assert kit.ran == ["a", "b", "c", "a"]  # not b again: the other worker has it
+
+
+def test_the_next_transaction_of_a_batch_leaves_out_the_claims_taken_back(
+    engine: Engine,
+) -> None:
+    """The same for the rest of a batch that went past its time bound."""
+    kit = make_kit(engine)
+    store_jobs(engine, [("a", 1), ("b", 1), ("c", 1)], group=None)
+    kit.take_outbox()
+    claimer, runner = batched(kit, batch_seconds=0)
+    claims = claimer.claim(10)
+
+    def take_back_c(message: InboxMessage) -> None:
+        if message.payload["mark"] == "a":
+            set_state(engine, rows(engine)["c"].id, states.PROCESSING, claim_token=uuid4())
+
+    kit.during = take_back_c
+    outcomes = {c.row.payload["mark"]: o for c, o in runner.run(claims)}
+    assert outcomes == {"a": states.DONE, "b": states.DONE, "c": "lost"}
+    assert kit.ran == ["a", "b"]
+
+
 def test_a_crash_mid_batch_rolls_back_every_effect_and_the_claims_come_back(
     engine: Engine,
 ) -> None:

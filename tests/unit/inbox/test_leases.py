@@ -1,4 +1,4 @@
-"""The heartbeat's schedule: a failed renewal is tried again soon (inbox/leases.py)."""
+"""The heartbeat's schedule: a failed renewal is tried again soon (inbox/engine/leases.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine
 
 from inbox import Consumer
-from inbox.leases import LeaseKeeper
+from inbox.engine.leases import LeaseKeeper
 
 
 class Beats:

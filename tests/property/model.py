@@ -3,20 +3,32 @@ pure Python, no database.
 
 It holds the stored outbox messages (pending or taken), the inbox rows (state, attempts,
 duplicates, claim, lease, retry time) and the effects committed per event. Each operation
-mirrors one product operation -- ``claim_next``, ``try_claim``, running a claim, the head
-pass, ``unblock`` -- and says exactly what the database must hold afterwards, so a test can
-compare the two after every step.
+mirrors one operation of the worker's engine -- a claim pass (``BatchClaimer.claim_pass``),
+running a claimed batch (``BatchRunner.run``), the head pass and ``promote_group``
+(``HeadPass``), ``unblock`` -- and says exactly what the database must hold afterwards, so a
+test can compare the two after every step.
 
 Two things are stated apart from that mechanics, as the guarantees state them:
 ``start_violations`` (G4 exclusion, G5 order, G8 halt: what a start must never break) and
 ``startable`` (what may start now: if anything may, a claimer must find something -- G6).
-Every start the model makes is checked against the first as it happens (``broken``).
+Every start the model makes is checked against the first as it happens, and every claim
+pass with room left against the second (``broken``).
 
-Claims are numbered by the model; the number stands for the claim token (G9 fence).
+The claim pass is modelled exactly (which groups it looks at first, how its room is shared,
+the fair share of ``share``), not only checked against the rules: with one thread driving
+it the product's choice is deterministic, and that choice is what G6 rests on (a freed
+group's next head is no candidate: a pass that spent its room elsewhere would leave it to
+the head pass). The rules stay stated apart, so a difference says whether the database
+broke a rule or only chose differently among valid claims.
+
+Claims are numbered by the model; the number stands for the claim (its row and its token:
+every claim of one pass shares the pass's token, but a row is claimed once per pass, so the
+number identifies the (row, token) pair the G9 fence checks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
@@ -31,7 +43,7 @@ LOST = "lost"
 
 @dataclass(frozen=True)
 class Policy:
-    """The consumer's settings the rules depend on (inbox.Consumer / Claimer)."""
+    """The consumer's settings the rules depend on (inbox.Consumer, the worker's batch)."""
 
     on_retry: Literal["block", "skip"] = "block"
     on_dead: Literal["continue", "halt"] = "continue"
@@ -39,7 +51,7 @@ class Policy:
     visibility_timeout: float = 10.0
     backoff_base: float = 1.0
     backoff_max: float = 4.0
-    batch: int = 3  # Claimer(batch=...): candidates read per claim_next
+    batch: int = 3  # the worker's batch size: claim_pass(limit=batch)
     job_queue: bool = True  # the outbox is in the same database: pending rows are members
 
     def retry_delay(self, attempt: int, jitter: float) -> timedelta:
@@ -97,6 +109,19 @@ class Claim:
     attempt: int
 
 
+@dataclass(frozen=True)
+class Pass:
+    """What one claim pass did: its claims (most urgent first), whether it left candidates
+    to other threads (``share``), the asked-for groups it did not decide, and the
+    candidates it set waiting."""
+
+    claims: list[Claim] = field(default_factory=list)
+    left_some: bool = False
+    undecided: tuple[str, ...] = ()
+    waiting: tuple[UUID, ...] = ()
+    resumed: tuple[UUID, ...] = ()  # expired claims taken back
+
+
 @dataclass
 class Model:
     policy: Policy
@@ -104,7 +129,7 @@ class Model:
     messages: dict[UUID, Message] = field(default_factory=dict)
     rows: dict[UUID, Row] = field(default_factory=dict)
     claims: dict[int, Claim] = field(default_factory=dict)
-    broken: list[str] = field(default_factory=list)  # rules broken by a start the model made
+    broken: list[str] = field(default_factory=list)  # rules broken by a step the model made
 
     # --- producer, delivery, time ---------------------------------------------------------
 
@@ -159,7 +184,9 @@ class Model:
         return [r for r in self.rows.values() if r.group == group]
 
     def blocked(self, row: Row, *, ordering: bool = True, job_queue: bool | None = None) -> bool:
-        """The claimer's blocker check (grouped rows only)."""
+        """Something stands before ``row`` (grouped rows only): a processing or halted
+        member; with ``ordering`` also a member in line, or an undelivered outbox row
+        (job-queue deployment), ahead of it."""
         assert row.group is not None
         for other in self.members(row.group):
             if other is row:
@@ -199,68 +226,133 @@ class Model:
                     found.append(f"G5: undelivered {m.event_id} {m.order} goes first")
         return found
 
+    def may_start(self, row: Row) -> bool:
+        """The rules let ``row`` start now: a fresh start (ready, waiting, a due retry) or
+        an expired claim taken back, with nothing standing before it."""
+        if self.expired(row):
+            return not self.start_violations(row, resumed=True)
+        fresh = row.state in (states.READY, states.WAITING) or (
+            row.state == states.RETRY and self.due(row)
+        )
+        return fresh and not self.start_violations(row, resumed=False)
+
     def startable(self) -> list[Row]:
         """Rows the rules let start now. Waiting rows count: the head pass must find them."""
-        found = []
-        for row in self.rows.values():
-            if self.expired(row):
-                resumed = True
-            elif row.state in (states.READY, states.WAITING) or (
-                row.state == states.RETRY and self.due(row)
-            ):
-                resumed = False
-            else:
-                continue
-            if not self.start_violations(row, resumed):
-                found.append(row)
-        return found
+        return [r for r in self.rows.values() if self.may_start(r)]
 
     # --- claiming --------------------------------------------------------------------------
 
-    def candidates(self) -> list[Row]:
-        """Ready rows, due retries and expired claims, most urgent first (waiting rows are
-        not candidates: the head of group pass brings them back)."""
+    def candidates(self, limit: int, locked: Iterable[UUID] = ()) -> list[Row]:
+        """Ready rows, due retries and expired claims, most urgent first, ``locked`` rows
+        skipped (``SKIP LOCKED``: another claimer holds them). Waiting rows are not
+        candidates: a freed group's claim pass or the head pass brings them back."""
+        skipped = set(locked)
         rows = [
             r
             for r in self.rows.values()
-            if r.state == states.READY
-            or (r.state == states.RETRY and self.due(r))
-            or self.expired(r)
+            if r.event_id not in skipped
+            and (
+                r.state == states.READY
+                or (r.state == states.RETRY and self.due(r))
+                or self.expired(r)
+            )
         ]
         rows.sort(key=lambda r: r.order)
-        return rows[: self.policy.batch]
+        return rows[:limit]
 
-    def claim_next(self, locked: frozenset[str] = frozenset()) -> Claim | None:
-        """Claimer.claim_next: the first candidate that may start; blocked ones go waiting.
-        A candidate of a ``locked`` group is passed over untouched (lock busy: later)."""
-        for row in self.candidates():
-            if row.group is not None and row.group in locked:
+    def claim_pass(
+        self,
+        limit: int,
+        groups: Iterable[str] = (),
+        share: int = 1,
+        *,
+        locked_groups: Iterable[str] = (),
+        locked_rows: Iterable[UUID] = (),
+    ) -> Pass:
+        """BatchClaimer.claim_pass: up to ``limit`` claims in one transaction. The groups
+        asked for (freed by the caller's last batch) first, then the candidates' groups in
+        urgency order, one claim each -- the group's head if nothing runs or stands before
+        it, or an expired claim taken back if nothing else of the group runs -- while there
+        is room; the room left for ungrouped candidates. A group whose lock is busy
+        (``locked_groups``) is passed over untouched; a head another claimer holds
+        (``locked_rows``) is not claimed. ``share`` > 1 with fewer candidates than
+        ``limit``: only a fair share of them (the rest left to the worker's other threads).
+        The blocked candidates of a decided group go waiting."""
+        extra = list(dict.fromkeys(groups))
+        busy_locks = set(locked_groups)
+        held = set(locked_rows)
+        rows = self.candidates(limit, held)
+        left_some = False
+        full = limit
+        if share > 1 and len(rows) < limit:
+            quota = -(-(len(rows) + len(extra)) // share)
+            left_some = quota < len(rows)
+            rows = rows[:quota]
+            limit = max(quota, 1)
+        by_group: dict[str, list[Row]] = {g: [] for g in extra}
+        for row in rows:
+            if row.group is not None:
+                by_group.setdefault(row.group, []).append(row)
+        chosen: list[tuple[Row, bool]] = []  # (row, resumed)
+        waiting: list[Row] = []
+        decided: list[str] = []
+        for group, seen in by_group.items():
+            if group in busy_locks:
                 continue
-            claim = self.try_claim(row.event_id, row.state)
+            if len(chosen) >= limit:
+                break
+            decided.append(group)
+            claim, resumed, blocked = self._decide(group, seen)
+            waiting += blocked
             if claim is not None:
-                return claim
-        return None
+                chosen.append((claim, resumed))
+        # A head another claimer holds is not claimed: it took its room among the groups,
+        # and gives it back to the ungrouped rows.
+        chosen = [(row, resumed) for row, resumed in chosen if row.event_id not in held]
+        room = limit - len(chosen)
+        chosen += [(r, self.expired(r)) for r in rows if r.group is None][: max(0, room)]
+        if share == 1 and len(chosen) < full:
+            self._check_progress(rows, decided, [r for r, _ in chosen], held)
+        for row in waiting:
+            row.state = states.WAITING
+        claims = [self._claim(row, resumed) for row, resumed in chosen]
+        claims.sort(key=lambda c: self.rows[c.event_id].order)
+        undecided = tuple(g for g in extra if g not in decided)
+        taken_back = tuple(r.event_id for r, resumed in chosen if resumed)
+        return Pass(claims, left_some, undecided, tuple(r.event_id for r in waiting), taken_back)
 
-    def try_claim(self, event_id: UUID, seen_state: str) -> Claim | None:
-        """Claimer.try_claim of a candidate read earlier in ``seen_state``: blockers under
-        the group lock, then the conditional claim against the row's state now."""
-        row = self.rows[event_id]
-        resumed = seen_state == states.PROCESSING
-        if row.group is not None and self.blocked(row, ordering=not resumed):
-            if row.state == states.READY or (row.state == states.RETRY and self.due(row)):
-                row.state = states.WAITING
-            return None
-        return self._claim(row, resumed)
+    def _decide(self, group: str, seen: list[Row]) -> tuple[Row | None, bool, list[Row]]:
+        """One group under its lock: (the row to claim, taken back?, candidates to set
+        waiting)."""
+        resumable = [r for r in seen if r.state == states.PROCESSING]
+        others = [r for r in seen if r.state != states.PROCESSING]
+        if resumable:
+            row = resumable[0]
+            if self.blocked(row, ordering=False):
+                return None, False, others
+            return row, True, others
+        head = self.head(group)
+        if head is None or self.blocked(head):
+            return None, False, others
+        if head.state == states.RETRY and not self.due(head):
+            return None, False, others  # a retry holding its place (on_retry="block")
+        return head, False, [r for r in others if r is not head]
 
-    def _claim(self, row: Row, resumed: bool) -> Claim | None:
-        if resumed:
-            claimable = self.expired(row)
-        else:
-            claimable = row.state in (states.READY, states.WAITING) or (
-                row.state == states.RETRY and self.due(row)
-            )
-        if not claimable:
-            return None
+    def _check_progress(
+        self, rows: list[Row], groups: list[str], chosen: list[Row], held: set[UUID]
+    ) -> None:
+        """G6 for a pass with room left: every candidate that may start, and the head of
+        every group it decided if that head may start, is claimed (a head another claimer
+        holds excepted: that claimer decides it)."""
+        picked = {r.event_id for r in chosen} | held
+        looked_at = set(groups)
+        check = [r for r in rows if r.group is None or r.group in looked_at]
+        check += [h for g in groups if (h := self.head(g)) is not None]
+        for row in check:
+            if row.event_id not in picked and self.may_start(row):
+                self.broken.append(f"G6: {row.event_id} {row.order} left by a pass with room")
+
+    def _claim(self, row: Row, resumed: bool) -> Claim:
         self.broken += [
             f"{row.event_id} {row.order}: {v}" for v in self.start_violations(row, resumed)
         ]
@@ -278,29 +370,23 @@ class Model:
         line = [r for r in self.members(group) if self.in_line(r, skip)]
         return min(line, key=lambda r: r.order) if line else None
 
-    def advance_group(
-        self, group: str, *, take: bool, skip: bool | None = None, job_queue: bool | None = None
-    ) -> Claim | bool | None:
-        """Claimer._advance: take (claim) the group's head, or promote it if it waits."""
+    def promote(
+        self, group: str, *, skip: bool | None = None, job_queue: bool | None = None
+    ) -> bool:
+        """HeadPass.promote_group: the group's head becomes ready if it waits with nothing
+        before it."""
         head = self.head(group, skip)
-        if head is None or (head.state != states.WAITING and not take):
-            return None if take else False
+        if head is None or head.state != states.WAITING:
+            return False
         if self.blocked(head, job_queue=job_queue):
-            return None if take else False
-        if take:
-            return self._claim(head, resumed=False)
+            return False
         head.state = states.READY
         return True
 
     def head_pass(self) -> int:
         """Promote each group whose head waits with nothing processing or halted."""
-        promoted = 0
-        for group in sorted({r.group for r in self.rows.values() if r.group is not None}):
-            head = self.head(group)
-            busy = any(r.state in (states.PROCESSING, states.HALTED) for r in self.members(group))
-            if head is not None and head.state == states.WAITING and not busy:
-                promoted += self.advance_group(group, take=False) is True
-        return promoted
+        groups = sorted({r.group for r in self.rows.values() if r.group is not None})
+        return sum(self.promote(group) for group in groups)
 
     def unblock(self, group: str) -> int:
         """inbox.unblock: halted -> failed, then promote with a stub consumer (on_retry
@@ -309,46 +395,55 @@ class Model:
         for row in halted:
             row.state = states.FAILED
         if halted:
-            self.advance_group(group, take=False, skip=False, job_queue=False)
+            self.promote(group, skip=False, job_queue=False)
         return len(halted)
 
-    # --- running a claim -------------------------------------------------------------------
+    # --- running a batch -------------------------------------------------------------------
 
-    def run(
-        self, number: int, outcome: Outcome, jitter: float = 0.0, take_next: bool = False
-    ) -> tuple[str, Claim | None]:
-        """Runner.run_and_take_next: the handler's effect and ``done`` commit together, only
-        while the claim still holds the row (G3, G9); failures retry / fail / halt (G7, G8);
-        a finish that frees the group promotes (or takes) its next head."""
-        claim = self.claims[number]
-        row = self.rows[claim.event_id]
-        holds = row.state == states.PROCESSING and row.claim == number
-        if claim.attempt > self.policy.max_attempts:  # its workers kept dying: no handler run
-            result = self._fail(row, claim, permanent=True, jitter=jitter, holds=holds)
-        elif outcome == "ok":
-            result = DONE if holds else LOST
-            if holds:
+    def run_batch(self, plan: Sequence[tuple[int, Outcome]], jitter: float = 0.0) -> dict[int, str]:
+        """BatchRunner.run: each claim's effect commits with its done mark, only while the
+        claim still holds the row (G3, G9): a claim taken back meanwhile is lost, its effect
+        rolled back, and the others of the batch are not. A handler that raises takes only
+        its own effect back: retry / failed / halted (G7, G8). A claim whose workers kept
+        dying (attempt past ``max_attempts``) fails without running."""
+        results: dict[int, str] = {}
+        for number, outcome in plan:
+            claim = self.claims[number]
+            row = self.rows[claim.event_id]
+            if row.state != states.PROCESSING or row.claim != number:
+                results[number] = LOST
+            elif claim.attempt > self.policy.max_attempts:
+                results[number] = self._fail(row, claim, permanent=True, jitter=jitter)
+            elif outcome == "ok":
                 row.state, row.effects, row.lease_until = states.DONE, row.effects + 1, None
-        else:
-            permanent = outcome == "permanent"
-            result = self._fail(row, claim, permanent=permanent, jitter=jitter, holds=holds)
-        following: Claim | None = None
-        frees = result in (DONE, states.FAILED) or (
+                results[number] = DONE
+            else:
+                permanent = outcome == "permanent"
+                results[number] = self._fail(row, claim, permanent=permanent, jitter=jitter)
+        return results
+
+    def frees(self, result: str) -> bool:
+        """Does this outcome let the group's next message start (the worker then asks its
+        next claim pass to look at the group)?"""
+        return result in (DONE, states.FAILED) or (
             result == states.RETRY and self.policy.on_retry == "skip"
         )
-        if row.group is not None and frees:
-            advanced = self.advance_group(row.group, take=take_next)
-            following = advanced if isinstance(advanced, Claim) else None
-        return result, following
 
-    def _fail(self, row: Row, claim: Claim, *, permanent: bool, jitter: float, holds: bool) -> str:
+    def freed(self, results: dict[int, str]) -> list[str]:
+        """The groups a batch's outcomes freed, as the worker collects them."""
+        found: list[str] = []
+        for number, result in results.items():
+            group = self.rows[self.claims[number].event_id].group
+            if group is not None and self.frees(result) and group not in found:
+                found.append(group)
+        return found
+
+    def _fail(self, row: Row, claim: Claim, *, permanent: bool, jitter: float) -> str:
         if permanent or claim.attempt >= self.policy.max_attempts:
             state = states.HALTED if self.policy.on_dead == "halt" else states.FAILED
             delay = timedelta(0)
         else:
             state = states.RETRY
             delay = self.policy.retry_delay(claim.attempt, jitter)
-        if not holds:
-            return LOST
         row.state, row.available_at, row.lease_until = state, self.now + delay, None
         return state

@@ -1,8 +1,8 @@
 """Property-based test of the batched engine (BatchClaimer + BatchRunner), driven the way the
 worker's handler thread drives it (``inbox/worker.py`` ``_handler_loop`` / ``_run_batch``):
 claim a batch (looking first at the groups the last batch freed), run it in one transaction,
-collect the groups it freed (``runner._frees_group``), again; the database source takes the
-outbox in meanwhile (``DatabaseSource._take``), the clock moves past the backoffs when
+collect the groups it freed (``outcomes.frees_group``), again; the database source takes the
+outbox in meanwhile (``DatabaseSource.run_once``), the clock moves past the backoffs when
 nothing is claimable, and the worker's head pass runs when nothing else moves.
 
 Random input: 1-40 messages (priority 1..9, one of a few serial groups or none, a failure
@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NoReturn
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from hypothesis import HealthCheck, given, note, settings
@@ -50,9 +50,9 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, insert,
 from sqlalchemy.orm import Session
 
 from inbox import Consumer, InboxMessage
-from inbox.engine.claims import BatchClaimer
-from inbox.engine.heads import Claim, Claimer
-from inbox.engine.outcomes import DONE, LOST, _frees_group
+from inbox.engine.claims import BatchClaimer, Claim
+from inbox.engine.heads import HeadPass
+from inbox.engine.outcomes import DONE, LOST, frees_group
 from inbox.engine.runner import BatchRunner
 from inbox.ingest import InboxIngest
 from inbox.rules import expected_order
@@ -84,6 +84,9 @@ EFFECTS = Table(
     Column("attempt", Integer, nullable=False),
 )
 _names = itertools.count(1)
+# In every consumer's name: MariaDB's GET_LOCK names are the server's, not the database's, so
+# two test processes running this test at once must not share consumer (lock) names.
+RUN = uuid4().hex[:8]
 SEEN: Counter[str] = Counter()  # what the runs went through, printed with -s
 
 
@@ -207,7 +210,7 @@ class Run:
         case = self.case
         self.queue = f"bq{number}"
         self.consumer = Consumer(
-            f"bc{number}",
+            f"bc{RUN}_{number}",
             queues=[self.queue],
             on_retry=case.on_retry,
             on_dead=case.on_dead,
@@ -226,7 +229,7 @@ class Run:
             clock=self.clock,
         )
         # The worker's safety net (head_pass_interval), for waiting heads nobody freed.
-        self.safety_net = Claimer(self.consumer, self.engine, job_queue=True, clock=self.clock)
+        self.safety_net = HeadPass(self.consumer, self.engine, job_queue=True, clock=self.clock)
         self.ingest = InboxIngest(self.consumer, self.engine, clock=self.clock)
         self.source = DatabaseSource(self.engine, [self.queue], clock=self.clock)
 
@@ -350,7 +353,7 @@ class Run:
                 self.trace.append(f"{step}: stored {len(late)} late")
             self.clock.now += timedelta(seconds=case.ticks[step % len(case.ticks)])
             if step >= source_from:
-                self.source._take(self.ingest, case.take)
+                self.source.run_once(self.ingest, case.take, 0.0)
             before = self.snapshot()
             now = self.clock()
             result = self.claimer.claim_pass(case.batch, freed, share=case.share)
@@ -368,7 +371,7 @@ class Run:
                     c.serial_group
                     for c, outcome in outcomes
                     if c.serial_group is not None
-                    and _frees_group(outcome, self.consumer, c.row.queue)
+                    and frees_group(outcome, self.consumer, c.row.queue)
                     and c.serial_group not in freed
                 ]
                 continue

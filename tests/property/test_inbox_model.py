@@ -61,8 +61,8 @@ from inbox.engine.heads import Candidate, HeadPass
 from inbox.engine.locks import group_transaction
 from inbox.engine.outcomes import frees_group
 from inbox.engine.runner import BatchRunner
-from inbox.engine.settings import Isolation
 from inbox.ingest import InboxIngest
+from inbox.settings import Isolation
 from inbox.sources.database import DatabaseSource
 from inbox.sql import claims as claim_queries
 from inbox.sql import heads as queries

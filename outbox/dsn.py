@@ -64,12 +64,14 @@ def make_engine(dsn: str | URL, **kwargs: Any) -> Engine:
 
 def prepare(engine: Engine, *, pre_ping: bool = False) -> None:
     """What every engine of our own processes gets: SQLite's pragmas and ``BEGIN
-    IMMEDIATE``, elsewhere a ping of idle connections (unless the pool pings each checkout).
-    An asyncio engine gets it on its ``sync_engine``."""
+    IMMEDIATE``, elsewhere a ping of idle connections (unless the pool pings each checkout),
+    and PostgreSQL's planner settings. An asyncio engine gets it on its ``sync_engine``."""
     if engine.dialect.name == "sqlite":
         _sqlite_pragmas(engine)
     elif not pre_ping:
         _ping_idle_connections(engine)
+    if engine.dialect.name == "postgresql":
+        _planner_settings(engine)
 
 
 # A connection checked in less than this ago is handed out without a ping.
@@ -102,6 +104,31 @@ def _ping_idle_connections(engine: Engine) -> None:
             raise DisconnectionError(f"idle connection failed its ping: {exc}") from exc
         if not alive:
             raise DisconnectionError("idle connection failed its ping")
+
+
+# Why each: psycopg prepares a statement run five times, and PostgreSQL may then switch it to
+# a generic plan that cannot see how few rows an id list or a state names (a plan chosen for
+# the average, reading an index range of every ready row); and a queue table's statistics are
+# those of its last ANALYZE, often taken when it was nearly empty, so the planner prefers a
+# sequential scan of a table that has since grown to millions of rows. Our statements all
+# have an index to use; these make PostgreSQL use it whatever the statistics say.
+_PLANNER_SETTINGS = (
+    "SET plan_cache_mode = force_custom_plan",
+    "SET enable_seqscan = off",
+)
+
+
+def _planner_settings(engine: Engine) -> None:
+    """Each new PostgreSQL connection of our processes plans every statement for its
+    parameters, with an index where there is one (one round trip per connection)."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        for statement in _PLANNER_SETTINGS:
+            cur.execute(statement)
+        cur.close()
+        dbapi_conn.commit()
 
 
 def _sqlite_pragmas(engine: Engine) -> None:

@@ -221,6 +221,18 @@ def give_back_numbers(counters: Table) -> Update:
     )
 
 
+def per_row(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``column`` as an expression that no index holds: a check on a row found by its primary
+    key (``id IN (...) AND state = ...``) then stays a filter on the rows found.
+
+    Written plainly, PostgreSQL may instead read the state index (``ix_*_relay``,
+    ``ix_*_claim``, ``ix_*_finished``) for every row in that state and AND the two bitmaps: a
+    read that grows with the backlog, and with the dead entries vacuum has not yet removed,
+    for a statement that touches a batch of rows.
+    """
+    return func.coalesce(column, column)
+
+
 def message_columns(table: Table) -> list[Any]:
     """The outbox columns ``outbox.wire.envelope_from_row`` reads: what every reader of
     outbox rows that builds messages (the relay, the database source) selects."""

@@ -32,7 +32,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Update
 
 from outbox import states
-from outbox.queries import message_columns
+from outbox.queries import message_columns, per_row
 
 
 @lru_cache(maxsize=64)
@@ -127,7 +127,7 @@ def mark_sent(table: Table, *, arrays: bool) -> Update:
         ids = table.c.id.in_(bindparam("ids", expanding=True))
     return (
         update(table)
-        .where(ids, table.c.status == states.PENDING)
+        .where(ids, per_row(table.c.status) == states.PENDING)
         .values(status=states.SENT, sent_at=bindparam("now", type_=table.c.sent_at.type))
     )
 
@@ -147,7 +147,7 @@ def mark_refused(
         update(table)
         .where(
             table.c.id == row_id,
-            table.c.status == states.PENDING,
+            per_row(table.c.status) == states.PENDING,
             table.c.attempts == attempts_before,
         )
         .values(attempts=attempts, status=status, available_at=available_at, last_error=error)

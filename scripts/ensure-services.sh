@@ -60,6 +60,16 @@ if [ -n "$current" ] && (( current < PG_MIN_CONNECTIONS )); then
   fi
 fi
 
+# Autovacuum: this machine kind's PostgreSQL ships it off (a conf.d file); production runs
+# PostgreSQL's default, on, and the tests should meet the database users run. ALTER SYSTEM
+# outranks conf.d, and autovacuum needs only a reload; a later run finds it on and says nothing.
+autovacuum=$(psql -h 127.0.0.1 -U postgres -tAc "SHOW autovacuum" postgres 2>/dev/null || echo "")
+if [ "$autovacuum" = "off" ]; then
+  echo "ensure-services: PostgreSQL autovacuum is off; turning it on (ALTER SYSTEM SET autovacuum = on, reload), as production runs it"
+  psql -h 127.0.0.1 -U postgres -qc "ALTER SYSTEM SET autovacuum = on" postgres
+  psql -h 127.0.0.1 -U postgres -qtAc "SELECT pg_reload_conf()" postgres >/dev/null
+fi
+
 # The databases the tests use must exist (trust auth / root without password).
 psql -h 127.0.0.1 -U postgres -tAc "SELECT 1" postgres >/dev/null 2>&1 || {
   echo "PostgreSQL does not accept postgres@127.0.0.1 (trust auth expected)"; status=1; }

@@ -44,6 +44,7 @@ from inbox.sql.predicates import (
 )
 from outbox import states
 from outbox.dialect import Dialect
+from outbox.queries import per_row
 
 # The kinds of row ``group_views`` returns.
 BUSY = "busy"
@@ -52,16 +53,17 @@ OUTBOX_HEAD = "outbox"
 
 
 @lru_cache(maxsize=64)
-def locked_candidates(table: Table, dialect: Dialect) -> Select[Any]:
-    """``queries.candidates`` (ready rows, due retries, expired claims, most urgent first),
-    each branch locking what it returns with ``SKIP LOCKED``: two claimers read disjoint
-    candidates instead of racing for the same ones. SQLite: ``BEGIN IMMEDIATE`` already made
-    this transaction the only writer. Parameters: consumer, now, limit."""
+def locked_candidates(table: Table, dialect: Dialect, expired: bool = True) -> Select[Any]:
+    """``queries.candidates`` (ready rows, due retries, with ``expired`` expired claims, most
+    urgent first), each branch locking what it returns with ``SKIP LOCKED``: two claimers
+    read disjoint candidates instead of racing for the same ones. SQLite: ``BEGIN
+    IMMEDIATE`` already made this transaction the only writer. Parameters: consumer, now,
+    limit."""
     t = table.c
     now: BindParameter[Any] = bindparam("now")
     limit = bindparam("limit", type_=Integer)
     branches = []
-    for index, condition in enumerate(candidate_conditions(table, now)):
+    for index, condition in enumerate(candidate_conditions(table, now, expired=expired)):
         branch = (
             select(*candidate_columns(table))
             .where(t.consumer == bindparam("consumer"), condition)
@@ -276,7 +278,8 @@ def claim_many(table: Table, returning: bool) -> Update:
     t = table.c
     now: BindParameter[Any] = bindparam("now")
     # The outer id list keeps it a primary-key lookup (InnoDB would otherwise scan and lock
-    # its way through the table for the OR).
+    # its way through the table for the OR); ``claimable`` checks the state per row, so that
+    # PostgreSQL does not read ix_inbox_claim's entries of every ready row for it.
     condition = and_(
         t.id.in_(bindparam("ids", expanding=True)),
         or_(
@@ -317,7 +320,10 @@ def mark_waiting_many(table: Table) -> Update:
         update(table)
         .where(
             t.id.in_(bindparam("ids", expanding=True)),
-            or_(t.state == states.READY, and_(t.state.in_(DUE_STATES), t.available_at <= now)),
+            or_(
+                per_row(t.state) == states.READY,
+                and_(per_row(t.state).in_(DUE_STATES), t.available_at <= now),
+            ),
         )
         .values(state=states.WAITING)
     )
@@ -330,7 +336,7 @@ def _held(table: Table) -> ColumnElement[bool]:
     return and_(
         t.id.in_(bindparam("ids", expanding=True)),
         t.claim_token == bindparam("token"),
-        t.state == states.PROCESSING,
+        per_row(t.state) == states.PROCESSING,
     )
 
 
@@ -360,7 +366,7 @@ def renew_leases(table: Table) -> Update:
         .where(
             t.id.in_(bindparam("ids", expanding=True)),
             t.claim_token.in_(bindparam("tokens", expanding=True)),
-            t.state == states.PROCESSING,
+            per_row(t.state) == states.PROCESSING,
         )
         .values(lease_until=bindparam("lease_until"))
     )

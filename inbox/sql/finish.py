@@ -13,12 +13,14 @@ from typing import Any
 from sqlalchemy import ColumnElement, Table, Update, and_, update
 
 from outbox import states
+from outbox.queries import per_row
 
 
 def _fenced(table: Table, row_id: int, token: Any) -> ColumnElement[bool]:
-    """Every state change after the claim names the token it holds (G9)."""
+    """Every state change after the claim names the token it holds (G9). The row is found by
+    its id; its state is checked on that row (``per_row``)."""
     t = table.c
-    return and_(t.id == row_id, t.claim_token == token, t.state == states.PROCESSING)
+    return and_(t.id == row_id, t.claim_token == token, per_row(t.state) == states.PROCESSING)
 
 
 def finish_failed(

@@ -16,7 +16,7 @@ from sqlalchemy.dialects import mysql
 
 from outbox import states
 from outbox.dialect import Dialect
-from outbox.queries import message_columns
+from outbox.queries import message_columns, per_row
 
 # --- ingest ---------------------------------------------------------------------------------
 
@@ -64,6 +64,6 @@ def mark_outbox_sent(outbox: Table, ids: Sequence[int], now: datetime) -> Update
     o = outbox.c
     return (
         update(outbox)
-        .where(o.id.in_(list(ids)), o.status == states.PENDING)
+        .where(o.id.in_(list(ids)), per_row(o.status) == states.PENDING)
         .values(status=states.SENT, sent_at=now)
     )

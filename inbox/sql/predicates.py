@@ -15,6 +15,7 @@ from sqlalchemy import ColumnElement, Table, and_, or_
 
 from inbox.rules import SkipRetry
 from outbox import states
+from outbox.queries import per_row
 
 # Finished for now, due again at ``available_at``: a retry, or a change waiting for its
 # predecessor (a sequence gap).
@@ -33,12 +34,14 @@ def claimable(table: Table, now: Moment, *, resumed: bool = False) -> ColumnElem
     worker finished as a retry), the conditional claim must fail rather than start the row
     without the check it needed.
     """
+    # Checked on the rows of an id list only (``per_row``): see ``claims.claim_many``.
     t = table.c
+    state = per_row(t.state)
     if resumed:
-        return and_(t.state == states.PROCESSING, t.lease_until < now)
+        return and_(state == states.PROCESSING, t.lease_until < now)
     return or_(
-        t.state.in_((states.READY, states.WAITING)),
-        and_(t.state.in_(DUE_STATES), t.available_at <= now),
+        state.in_((states.READY, states.WAITING)),
+        and_(state.in_(DUE_STATES), t.available_at <= now),
     )
 
 
@@ -48,17 +51,21 @@ def candidate_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
     return (t.id, t.serial_group, t.priority, t.seq, t.state)
 
 
-def candidate_conditions(table: Table, now: Any) -> tuple[ColumnElement[bool], ...]:
+def candidate_conditions(
+    table: Table, now: Any, *, expired: bool = True
+) -> tuple[ColumnElement[bool], ...]:
     """One condition per claimable state, each read by its own ordered branch: ready rows,
-    due retries and deferred changes, expired claims. ``now`` is a value or a bind
-    parameter."""
+    due retries and deferred changes, and with ``expired`` expired claims. ``now`` is a value
+    or a bind parameter."""
     t = table.c
-    return (
+    conditions = (
         t.state == states.READY,
         and_(t.state == states.RETRY, t.available_at <= now),
         and_(t.state == states.DEFERRED, t.available_at <= now),
-        and_(t.state == states.PROCESSING, t.lease_until < now),
     )
+    if not expired:
+        return conditions
+    return (*conditions, and_(t.state == states.PROCESSING, t.lease_until < now))
 
 
 def ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnElement[bool]:

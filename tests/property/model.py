@@ -130,6 +130,9 @@ class Model:
     rows: dict[UUID, Row] = field(default_factory=dict)
     claims: dict[int, Claim] = field(default_factory=dict)
     broken: list[str] = field(default_factory=list)  # rules broken by a step the model made
+    # When the claimer next reads the expired claims (None: its first pass does): one pass
+    # per tenth of the lease, as BatchClaimer.
+    expired_due: datetime | None = None
 
     # --- producer, delivery, time ---------------------------------------------------------
 
@@ -242,10 +245,24 @@ class Model:
 
     # --- claiming --------------------------------------------------------------------------
 
-    def candidates(self, limit: int, locked: Iterable[UUID] = ()) -> list[Row]:
-        """Ready rows, due retries and expired claims, most urgent first, ``locked`` rows
-        skipped (``SKIP LOCKED``: another claimer holds them). Waiting rows are not
-        candidates: a freed group's claim pass or the head pass brings them back."""
+    def looks_for_expired(self) -> bool:
+        """Whether the claimer's pass now reads expired claims: the first pass, then one per
+        tenth of the lease (a dead worker's claim is taken back within 1.1 leases)."""
+        if self.expired_due is not None and self.now < self.expired_due:
+            return False
+        self.expired_due = self.now + timedelta(seconds=self.policy.visibility_timeout / 10)
+        return True
+
+    def will_look_for_expired(self) -> bool:
+        """``looks_for_expired`` without counting a pass."""
+        return self.expired_due is None or self.now >= self.expired_due
+
+    def candidates(
+        self, limit: int, locked: Iterable[UUID] = (), *, expired: bool = True
+    ) -> list[Row]:
+        """Ready rows, due retries and (``expired``) expired claims, most urgent first,
+        ``locked`` rows skipped (``SKIP LOCKED``: another claimer holds them). Waiting rows
+        are not candidates: a freed group's claim pass or the head pass brings them back."""
         skipped = set(locked)
         rows = [
             r
@@ -254,7 +271,7 @@ class Model:
             and (
                 r.state == states.READY
                 or (r.state == states.RETRY and self.due(r))
-                or self.expired(r)
+                or (expired and self.expired(r))
             )
         ]
         rows.sort(key=lambda r: r.order)
@@ -281,7 +298,7 @@ class Model:
         extra = list(dict.fromkeys(groups))
         busy_locks = set(locked_groups)
         held = set(locked_rows)
-        rows = self.candidates(limit, held)
+        rows = self.candidates(limit, held, expired=self.looks_for_expired())
         left_some = False
         full = limit
         if share > 1 and len(rows) < limit:

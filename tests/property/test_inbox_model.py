@@ -309,7 +309,12 @@ class InboxMachine(RuleBasedStateMachine):
     def claim_after_head_pass(self) -> None:
         """The head pass, then claim passes until one claims or every candidate went
         waiting: if anything may start, something must (G6: no message left behind)."""
-        may_start = [r.event_id for r in self.model.startable()]
+        # An expired claim counts when this pass reads expired claims (one pass per tenth of
+        # the lease does); a later one that does must take it back, which ``_compare`` checks.
+        looks = self.model.will_look_for_expired()
+        may_start = [
+            r.event_id for r in self.model.startable() if looks or not self.model.expired(r)
+        ]
         promoted = self.heads.head_pass()
         assert promoted == self.model.head_pass()
         SEEN["head pass promoted"] += promoted

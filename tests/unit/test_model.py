@@ -277,7 +277,10 @@ class ModelMachine(RuleBasedStateMachine):
 
     @rule()
     def claim_after_head_pass(self) -> None:
-        may_start = self.model.startable()
+        # An expired claim counts when this pass reads the expired claims (one pass per tenth
+        # of the lease does).
+        looks = self.model.will_look_for_expired()
+        may_start = [r for r in self.model.startable() if looks or not self.model.expired(r)]
         self.model.head_pass()
         claimed = False
         for _ in range(10):

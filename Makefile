@@ -54,6 +54,7 @@ format: install
 
 bench: install services
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/cost.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache outbox-demo.db*

@@ -2,7 +2,8 @@
 waiting, progress lines (stderr) and the table's rows.
 
 Every database is named ``outbox_bench_consumer_<part>_<random>`` (SQLite: a file of that
-name in a temporary directory) and dropped by the part that made it.
+name in a temporary directory) and dropped by the part that made it; another bench passes a
+``prefix`` of its own (``bench/cost.py``: ``outbox_bench_cost``).
 """
 
 from __future__ import annotations
@@ -54,12 +55,12 @@ def ratio_verdict(value: float, goal: float) -> str:
     return verdict(value >= goal, f"{value / goal:.2f} of goal")
 
 
-def unique_name(tag: str) -> str:
-    return f"outbox_bench_consumer_{tag}_{uuid.uuid4().hex[:8]}"
+def unique_name(tag: str, prefix: str = "outbox_bench_consumer") -> str:
+    return f"{prefix}_{tag}_{uuid.uuid4().hex[:8]}"
 
 
-def create_database(dialect: str, tag: str) -> URL:
-    name = unique_name(tag)
+def create_database(dialect: str, tag: str, prefix: str = "outbox_bench_consumer") -> URL:
+    name = unique_name(tag, prefix)
     if dialect == "sqlite":
         folder = tempfile.mkdtemp(prefix="outbox_bench_")
         return make_url(f"sqlite:///{folder}/{name}.db")
@@ -208,9 +209,11 @@ def spawn_ours(
     return subprocess.Popen(args, cwd=ROOT, env=python_env(env))
 
 
-def spawn_relay(dsn: str, broker: str, queue: str) -> subprocess.Popen[bytes]:
+def spawn_relay(
+    dsn: str, broker: str, queue: str, extra: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "outbox_cli", "relay", "--dsn", dsn, "--broker", broker]
-    args += ["--queue", queue, "--log-level", "WARNING"]
+    args += ["--queue", queue, "--log-level", "WARNING", *extra]
     return subprocess.Popen(args, cwd=ROOT, env=python_env())
 
 

@@ -53,6 +53,7 @@ format: install
 	$(BIN)/ruff check --fix .
 
 bench: install services
+	bash scripts/ensure-stat-statements.sh
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/cost.py
 

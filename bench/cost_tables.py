@@ -15,8 +15,8 @@ Column = tuple[str, Callable[[Cell], str]]
 GOAL = "goal <= 1.2x and <= 20 rows"
 NO_STATEMENTS = (
     "Top statements and the statements' WAL: unavailable, pg_stat_statements is not in"
-    " shared_preload_libraries. To enable it: ALTER SYSTEM SET shared_preload_libraries ="
-    " 'pg_stat_statements', then restart PostgreSQL."
+    " shared_preload_libraries. To enable it: bash scripts/ensure-stat-statements.sh (make"
+    " bench runs it; it restarts the local PostgreSQL)."
 )
 
 

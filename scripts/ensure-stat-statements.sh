@@ -4,15 +4,6 @@
 # local cluster; a later run finds it loaded and does nothing.
 set -uo pipefail
 
-wait_port() { # host port seconds
-  local deadline=$((SECONDS + $3))
-  while (( SECONDS < deadline )); do
-    (echo > "/dev/tcp/$1/$2") >/dev/null 2>&1 && return 0
-    sleep 0.5
-  done
-  return 1
-}
-
 loaded=$(psql -h 127.0.0.1 -U postgres -tAc "SHOW shared_preload_libraries" postgres 2>/dev/null) || {
   echo "ensure-stat-statements: PostgreSQL does not answer at 127.0.0.1:5432"; exit 1; }
 case ",${loaded// /}," in
@@ -27,4 +18,4 @@ wanted=${loaded:+$loaded,}pg_stat_statements
 echo "ensure-stat-statements: preloading pg_stat_statements (ALTER SYSTEM SET shared_preload_libraries = '$wanted') and restarting PostgreSQL"
 psql -h 127.0.0.1 -U postgres -qc "ALTER SYSTEM SET shared_preload_libraries = '$wanted'" postgres
 pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main restart || true
-wait_port 127.0.0.1 5432 60 || { echo "PostgreSQL did not come back"; exit 1; }
+pg_isready -q -h 127.0.0.1 -p 5432 -t 60 || { echo "PostgreSQL did not come back"; exit 1; }

@@ -316,14 +316,12 @@ def mark_waiting_many(table: Table) -> Update:
     """Parameters: ids, now."""
     t = table.c
     now: BindParameter[Any] = bindparam("now")
+    state = per_row(t.state)
     return (
         update(table)
         .where(
             t.id.in_(bindparam("ids", expanding=True)),
-            or_(
-                per_row(t.state) == states.READY,
-                and_(per_row(t.state).in_(DUE_STATES), t.available_at <= now),
-            ),
+            or_(state == states.READY, and_(state.in_(DUE_STATES), t.available_at <= now)),
         )
         .values(state=states.WAITING)
     )

@@ -12,12 +12,15 @@ Expired claims (a dead worker's, G9) are looked for on one pass per tenth of the
 every pass: every message passes through ``processing``, so that range of the claim index
 holds an entry for each message claimed since vacuum last ran, and reading it on every pass
 made a claim's cost grow with the messages done. A dead worker's claim is taken back within
-1.1 leases instead of 1.
+1.1 leases instead of 1. For the same reason the ready rows are read from where this
+claimer's last passes left off (``inbox.positions``), from the head of the range on those
+same passes and whenever that read finds nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,7 +34,9 @@ from inbox import rules
 from inbox.consumer import Consumer
 from inbox.engine.marks import mark_groups
 from inbox.engine.part import ConsumerPart
+from inbox.positions import ScanPositions, Seen
 from inbox.sql import claims as q
+from inbox.sql.predicates import point_values
 from outbox import states
 from outbox.clock import utcnow
 
@@ -77,6 +82,10 @@ class BatchClaimer(ConsumerPart):
         self._engine = self.dialect.read_committed(engine)
         self._expired_every = timedelta(seconds=consumer.visibility_timeout / 10)
         self._expired_due: datetime | None = None  # the first pass looks
+        # Where the ready rows are read from; from the head on the passes that look for
+        # expired claims.
+        self._positions = ScanPositions()
+        self._positions_lock = threading.Lock()  # the worker's handler threads share it
 
     def _looks_for_expired(self, now: datetime) -> bool:
         """Whether this pass reads the expired claims (see the module's docstring)."""
@@ -111,10 +120,8 @@ class BatchClaimer(ConsumerPart):
             with conn.begin():
                 now = self.clock()
                 expired = self._looks_for_expired(now)
-                rows = conn.execute(
-                    q.locked_candidates(self.inbox, self.dialect, expired),
-                    {"consumer": self.consumer.name, "now": now, "limit": limit},
-                ).all()
+                rows, from_start = self._candidates(conn, now, limit, expired)
+                read, asked = rows, limit
                 if share > 1 and len(rows) < limit:
                     quota = -(-(len(rows) + len(extra)) // share)
                     left_some = quota < len(rows)
@@ -144,9 +151,34 @@ class BatchClaimer(ConsumerPart):
                     mark_groups(conn, self.groups, self.consumer.name, chosen.waited)
         finally:
             self.dialect.release_group_locks(conn, names)
+        # After the commit: a rolled-back pass leaves its rows where the next one reads.
+        self._learn(read, {*fresh, *resumed, *waiting}, from_start, asked)
         claims.sort(key=lambda c: (c.row.priority, c.row.seq, c.row_id))
         undecided = tuple(g for g in extra if g not in decided)
         return ClaimPass(claims, left_some, undecided)
+
+    def _candidates(
+        self, conn: Connection, now: datetime, limit: int, expired: bool
+    ) -> tuple[Sequence[Any], bool]:
+        """The candidates, and whether their ready rows were read from the head of the range:
+        on the pass that looks for expired claims, and when a read from the positions finds
+        nothing (see ``inbox.positions``)."""
+        with self._positions_lock:
+            points = () if expired else self._positions.points()
+        parameters = {"consumer": self.consumer.name, "now": now, "limit": limit}
+        statement = q.locked_candidates(self.inbox, self.dialect, expired, len(points))
+        rows = conn.execute(statement, {**parameters, **point_values(points)}).all()
+        if rows or not points:
+            return rows, not points
+        statement = q.locked_candidates(self.inbox, self.dialect, expired)
+        return conn.execute(statement, parameters).all(), True
+
+    def _learn(self, read: Sequence[Any], handled: set[int], from_start: bool, asked: int) -> None:
+        """Move the positions past the ready rows this pass read and dealt with."""
+        ready = [r for r in read if r.state == states.READY]
+        seen = (Seen(r.priority, r.seq, r.id in handled) for r in ready)
+        with self._positions_lock:
+            self._positions.learn(seen, from_start=from_start, full=len(read) >= asked)
 
     def _lock_groups(self, conn: Connection, groups: list[str]) -> tuple[list[str], list[str]]:
         """The groups whose lock we now hold (all of them on SQLite: the write lock), and on

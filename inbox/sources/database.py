@@ -5,6 +5,7 @@ PostgreSQL and MariaDB; SQLite's ``BEGIN IMMEDIATE`` makes us the only writer), 
 into the inbox, mark them sent. Commit. Each outbox row goes to exactly one consumer: the
 database source is a work queue; several consumers of one queue need a broker.
 PostgreSQL wakes on the NOTIFY that ``outbox.store()`` sends on commit; elsewhere it polls.
+Takes read from where the last ones left off (``inbox.positions``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, Table
 
 from inbox.ingest import InboxIngest
+from inbox.positions import ScanPositions, Seen
 from inbox.sql import ingest as queries
 from outbox.clock import utcnow
 from outbox.dialect import dialect_of
@@ -25,6 +28,11 @@ from outbox.transport import Ingest
 from outbox.wire import envelope_from_row
 
 log = logging.getLogger("inbox.sources.database")
+
+# How often a take reads the pending rows from the head of the range rather than from where
+# the last takes left off: the longest a row committed behind a position waits while every
+# take finds rows ahead of it (a quiet source reads from the head at once).
+FROM_HEAD_EVERY = timedelta(seconds=5)
 
 
 class DatabaseSource:
@@ -45,6 +53,8 @@ class DatabaseSource:
         self._wake = wake if wake is not None else threading.Event()
         self._ingest = ingest_within
         self._closed = False
+        self._positions = ScanPositions()
+        self._from_head_due: datetime | None = None  # the first take reads from the head
 
     def run_once(self, ingest: Ingest, max_messages: int, timeout: float) -> int:
         target = ingest if isinstance(ingest, InboxIngest) else self._ingest
@@ -63,16 +73,34 @@ class DatabaseSource:
         outbox = schema_for(target.consumer.config).outbox
         with self.engine.begin() as conn:
             now = self.clock()
-            rows = conn.execute(
-                queries.pending_outbox(outbox, self.queues, now, limit, self.dialect)
-            ).all()
+            rows, from_start = self._pending(conn, outbox, now, limit)
             if not rows:
                 return 0
             result = target.within(conn, [envelope_from_row(r._mapping) for r in rows])
             conn.execute(queries.mark_outbox_sent(outbox, [r.id for r in rows], now))
+        # Learnt after the commit: a rolled-back take leaves its rows pending for the next.
+        seen = (Seen(r.priority, r.id) for r in rows)
+        self._positions.learn(seen, from_start=from_start, full=len(rows) >= limit)
         if target.on_ingested is not None:
             target.on_ingested(result)
         return len(rows)
+
+    def _pending(
+        self, conn: Connection, outbox: Table, now: datetime, limit: int
+    ) -> tuple[Sequence[Any], bool]:
+        """Pending rows to take, and whether they were read from the head of the range: once
+        per ``FROM_HEAD_EVERY`` and whenever a read from the positions finds nothing (see
+        ``inbox.positions``)."""
+        points = self._positions.points()
+        if self._from_head_due is None or now >= self._from_head_due:
+            self._from_head_due = now + FROM_HEAD_EVERY
+            points = ()
+        statement = queries.pending_outbox(outbox, self.queues, now, limit, self.dialect, points)
+        rows = conn.execute(statement).all()
+        if rows or not points:
+            return rows, not points
+        statement = queries.pending_outbox(outbox, self.queues, now, limit, self.dialect)
+        return conn.execute(statement).all(), True
 
     def wake(self) -> None:
         self._wake.set()

@@ -41,6 +41,7 @@ from inbox.sql.predicates import (
     claimable,
     loaded_columns,
     ordering_states,
+    point_ranges,
 )
 from outbox import states
 from outbox.dialect import Dialect
@@ -53,17 +54,22 @@ OUTBOX_HEAD = "outbox"
 
 
 @lru_cache(maxsize=64)
-def locked_candidates(table: Table, dialect: Dialect, expired: bool = True) -> Select[Any]:
+def locked_candidates(
+    table: Table, dialect: Dialect, expired: bool = True, points: int = 0
+) -> Select[Any]:
     """``queries.candidates`` (ready rows, due retries, with ``expired`` expired claims, most
     urgent first), each branch locking what it returns with ``SKIP LOCKED``: two claimers
     read disjoint candidates instead of racing for the same ones. SQLite: ``BEGIN
-    IMMEDIATE`` already made this transaction the only writer. Parameters: consumer, now,
-    limit."""
+    IMMEDIATE`` already made this transaction the only writer. With ``points``, the ready
+    rows are read from that many positions (``predicates.point_ranges``), not from the head
+    of the ready range. Parameters: consumer, now, limit, and the points' values."""
     t = table.c
     now: BindParameter[Any] = bindparam("now")
     limit = bindparam("limit", type_=Integer)
+    ready, *others = candidate_conditions(table, now, expired=expired)
+    parts = [and_(ready, part) for part in point_ranges(t.priority, t.seq, points)]
     branches = []
-    for index, condition in enumerate(candidate_conditions(table, now, expired=expired)):
+    for index, condition in enumerate([*parts, *others]):
         branch = (
             select(*candidate_columns(table))
             .where(t.consumer == bindparam("consumer"), condition)

@@ -11,9 +11,19 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Integer, Select, Table, Update, literal_column, select, update
+from sqlalchemy import (
+    Integer,
+    Select,
+    Table,
+    Update,
+    literal_column,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects import mysql
 
+from inbox.sql.predicates import point_ranges, point_values
 from outbox import states
 from outbox.dialect import Dialect
 from outbox.queries import message_columns, per_row
@@ -46,18 +56,38 @@ def ingest_mysql(table: Table) -> Any:
 
 
 def pending_outbox(
-    outbox: Table, queues: Sequence[str], now: datetime, limit: int, dialect: Dialect
+    outbox: Table,
+    queues: Sequence[str],
+    now: datetime,
+    limit: int,
+    dialect: Dialect,
+    points: Sequence[tuple[int, int]] = (),
 ) -> Select[Any]:
-    """Committed due pending rows of our queues, most urgent first, locked for us."""
+    """Committed due pending rows of our queues, most urgent first, locked for us; with
+    ``points`` read from those positions (``inbox.positions``) rather than from the head of
+    ``ix_outbox_relay``'s pending range."""
     o = outbox.c
-    stmt = (
-        select(*message_columns(outbox))
-        .where(o.status == states.PENDING, o.queue.in_(list(queues)), o.available_at <= now)
-        .order_by(o.priority, o.id)
-        .limit(limit)
-    )
-    # SQLite: BEGIN IMMEDIATE already made us the only writer.
-    return dialect.skip_locked(stmt)
+    branches = [
+        # SQLite: BEGIN IMMEDIATE already made us the only writer.
+        dialect.skip_locked(
+            select(*message_columns(outbox))
+            .where(
+                o.status == states.PENDING,
+                o.queue.in_(list(queues)),
+                o.available_at <= now,
+                part,
+            )
+            .order_by(o.priority, o.id)
+            .limit(limit)
+        )
+        for part in point_ranges(o.priority, o.id, len(points))
+    ]
+    if not points:
+        return branches[0]
+    parts = [select(b.subquery(f"part_{i}")) for i, b in enumerate(branches)]
+    merged = union_all(*parts).subquery("pending")
+    m = merged.c
+    return select(merged).order_by(m.priority, m.id).limit(limit).params(point_values(points))
 
 
 def mark_outbox_sent(outbox: Table, ids: Sequence[int], now: datetime) -> Update:

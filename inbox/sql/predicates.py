@@ -8,10 +8,11 @@ statement built once): queries never read the database clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, and_, or_
+from sqlalchemy import BigInteger, ColumnElement, Integer, Table, and_, bindparam, or_, true
 
 from inbox.rules import SkipRetry
 from outbox import states
@@ -66,6 +67,35 @@ def candidate_conditions(
     if not expired:
         return conditions
     return (*conditions, and_(t.state == states.PROCESSING, t.lease_until < now))
+
+
+def point_ranges(
+    priority: ColumnElement[Any], seq: ColumnElement[Any], points: int
+) -> tuple[ColumnElement[bool], ...]:
+    """A range ordered by (priority, seq) split at ``points`` positions (``inbox.positions``):
+    per known priority the rows after its position, and the priorities before, between and
+    after the known ones from their first row. Each part is one index range, read by its
+    own ordered branch. No points: the whole range. Parameters: p0, after0, p1, ..."""
+    if not points:
+        return (true(),)
+    p = [bindparam(f"p{i}", type_=Integer) for i in range(points)]
+    after = [bindparam(f"after{i}", type_=BigInteger) for i in range(points)]
+    parts: list[ColumnElement[bool]] = [priority < p[0]]
+    for i in range(points):
+        parts.append(and_(priority == p[i], seq > after[i]))
+        parts.append(
+            priority > p[i] if i == points - 1 else and_(priority > p[i], priority < p[i + 1])
+        )
+    return tuple(parts)
+
+
+def point_values(points: Sequence[tuple[int, int]]) -> dict[str, int]:
+    """The parameters of ``point_ranges`` for these (priority, after) pairs."""
+    values: dict[str, int] = {}
+    for i, (priority, after) in enumerate(points):
+        values[f"p{i}"] = priority
+        values[f"after{i}"] = after
+    return values
 
 
 def ahead_of(table: Table, priority: int, seq: int, row_id: int) -> ColumnElement[bool]:

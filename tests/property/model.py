@@ -34,6 +34,8 @@ from datetime import datetime, timedelta
 from typing import Literal
 from uuid import UUID
 
+from inbox.positions import ScanPositions, Seen
+from inbox.sources.database import FROM_HEAD_EVERY
 from outbox import states
 
 Outcome = Literal["ok", "error", "permanent"]
@@ -133,6 +135,12 @@ class Model:
     # When the claimer next reads the expired claims (None: its first pass does): one pass
     # per tenth of the lease, as BatchClaimer.
     expired_due: datetime | None = None
+    # Where the claimer and the database source read from (``inbox.positions``: the rule is
+    # the product's own, a pure function with its own tests; what the model checks is that
+    # the statements read what it says, and that the guarantees hold with it).
+    positions: ScanPositions = field(default_factory=ScanPositions)
+    source_positions: ScanPositions = field(default_factory=ScanPositions)
+    source_from_head_due: datetime | None = None
 
     # --- producer, delivery, time ---------------------------------------------------------
 
@@ -140,9 +148,22 @@ class Model:
         self.messages[message.event_id] = message
 
     def take_pending(self, limit: int) -> list[UUID]:
-        """The database source: the ``limit`` most urgent pending rows, ingested and sent."""
-        pending = sorted((m for m in self.messages.values() if m.pending), key=lambda m: m.order)
-        taken = [m.event_id for m in pending[:limit]]
+        """The database source: the ``limit`` most urgent pending rows, ingested and sent;
+        read from the source's positions except once per ``FROM_HEAD_EVERY`` and when that
+        read finds nothing (``DatabaseSource._pending``)."""
+        points = dict(self.source_positions.points())
+        if self.source_from_head_due is None or self.now >= self.source_from_head_due:
+            self.source_from_head_due = self.now + FROM_HEAD_EVERY
+            points = {}
+        pending = [m for m in self.messages.values() if m.pending]
+        read = sorted((m for m in pending if _past(m.order, points)), key=lambda m: m.order)
+        from_start = not points
+        if not read and points:
+            read, from_start = sorted(pending, key=lambda m: m.order), True
+        read = read[:limit]
+        seen = [Seen(m.priority, m.seq) for m in read]
+        self.source_positions.learn(seen, from_start=from_start, full=len(read) >= limit)
+        taken = [m.event_id for m in read]
         self.deliver(taken)
         for event_id in taken:
             self.messages[event_id].pending = False
@@ -258,18 +279,24 @@ class Model:
         return self.expired_due is None or self.now >= self.expired_due
 
     def candidates(
-        self, limit: int, locked: Iterable[UUID] = (), *, expired: bool = True
+        self,
+        limit: int,
+        locked: Iterable[UUID] = (),
+        *,
+        expired: bool = True,
+        points: dict[int, int] | None = None,
     ) -> list[Row]:
         """Ready rows, due retries and (``expired``) expired claims, most urgent first,
-        ``locked`` rows skipped (``SKIP LOCKED``: another claimer holds them). Waiting rows
-        are not candidates: a freed group's claim pass or the head pass brings them back."""
+        ``locked`` rows skipped (``SKIP LOCKED``: another claimer holds them); with
+        ``points``, ready rows of a known priority only past its position. Waiting rows are
+        not candidates: a freed group's claim pass or the head pass brings them back."""
         skipped = set(locked)
         rows = [
             r
             for r in self.rows.values()
             if r.event_id not in skipped
             and (
-                r.state == states.READY
+                (r.state == states.READY and _past(r.order, points or {}))
                 or (r.state == states.RETRY and self.due(r))
                 or (expired and self.expired(r))
             )
@@ -298,7 +325,13 @@ class Model:
         extra = list(dict.fromkeys(groups))
         busy_locks = set(locked_groups)
         held = set(locked_rows)
-        rows = self.candidates(limit, held, expired=self.looks_for_expired())
+        expired = self.looks_for_expired()
+        points = {} if expired else dict(self.positions.points())
+        rows = self.candidates(limit, held, expired=expired, points=points)
+        from_start = not points
+        if not rows and points:
+            rows, from_start = self.candidates(limit, held, expired=expired), True
+        read, asked = rows, limit
         left_some = False
         full = limit
         if share > 1 and len(rows) < limit:
@@ -330,6 +363,13 @@ class Model:
         chosen += [(r, self.expired(r)) for r in rows if r.group is None][: max(0, room)]
         if share == 1 and len(chosen) < full:
             self._check_progress(rows, decided, [r for r, _ in chosen], held)
+        handled = {r.event_id for r, _ in chosen} | {r.event_id for r in waiting}
+        seen = [
+            Seen(r.message.priority, r.message.seq, r.event_id in handled)
+            for r in read
+            if r.state == states.READY
+        ]
+        self.positions.learn(seen, from_start=from_start, full=len(read) >= asked)
         for row in waiting:
             row.state = states.WAITING
         claims = [self._claim(row, resumed) for row, resumed in chosen]
@@ -464,3 +504,9 @@ class Model:
             delay = self.policy.retry_delay(claim.attempt, jitter)
         row.state, row.available_at, row.lease_until = state, self.now + delay, None
         return state
+
+
+def _past(order: tuple[int, int], points: dict[int, int]) -> bool:
+    """Read from ``points``: a row of a known priority only past its position."""
+    priority, seq = order
+    return priority not in points or seq > points[priority]

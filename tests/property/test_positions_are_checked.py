@@ -1,0 +1,110 @@
+"""The inbox model catches a claimer that reads its positions wrongly (``inbox.positions``):
+each test switches one part of the rule off on the product's side only and expects the
+machine of ``test_inbox_model`` to see the difference."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import ColumnElement, Connection, Engine
+
+from inbox.engine.claims import BatchClaimer
+from inbox.positions import Seen
+from inbox.sql import claims as claim_queries
+from inbox.sql import ingest as ingest_queries
+from inbox.sql import predicates
+from inbox.sql.predicates import point_values
+from tests.property.test_inbox_model import FIND_ONLY, _run_machine
+
+pytestmark = pytest.mark.db
+
+# The machine's comparisons of the database with the model: a pass's claims, a row's state.
+DIFFERS = r"model expects|\) == \('"
+
+
+@pytest.fixture
+def fresh_statements() -> Any:
+    """The claim statements are built once per shape: build them again around the test."""
+    claim_queries.locked_candidates.cache_clear()
+    yield
+    claim_queries.locked_candidates.cache_clear()
+
+
+@pytest.mark.usefixtures("fresh_statements")
+@pytest.mark.parametrize("dialect", ["sqlite"], indirect=True)
+def test_a_read_blind_to_other_priorities_is_caught(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read from positions that leaves out the priorities it has no position for: a
+    more urgent message waits behind the known ones."""
+    original = predicates.point_ranges
+
+    def known_only(
+        priority: ColumnElement[Any], seq: ColumnElement[Any], points: int
+    ) -> tuple[ColumnElement[bool], ...]:
+        parts = original(priority, seq, points)
+        return parts[1::2] if points else parts
+
+    monkeypatch.setattr(claim_queries, "point_ranges", known_only)
+    with pytest.raises(AssertionError, match=DIFFERS):
+        _run_machine(engine, "savepoint", FIND_ONLY)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite"], indirect=True)
+def test_a_claimer_that_never_looks_back_is_caught(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read from positions that finds nothing and does not read from the head: a row
+    behind a position waits for the next head read although nothing else is there."""
+
+    def no_second_look(
+        self: BatchClaimer, conn: Connection, now: Any, limit: int, expired: bool
+    ) -> tuple[Sequence[Any], bool]:
+        points = () if expired else self._positions.points()
+        statement = claim_queries.locked_candidates(self.inbox, self.dialect, expired, len(points))
+        parameters = {"consumer": self.consumer.name, "now": now, "limit": limit}
+        return conn.execute(statement, {**parameters, **point_values(points)}).all(), not points
+
+    monkeypatch.setattr(BatchClaimer, "_candidates", no_second_look)
+    with pytest.raises(AssertionError, match=DIFFERS + "|G6"):
+        _run_machine(engine, "savepoint", FIND_ONLY)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite"], indirect=True)
+def test_positions_past_rows_left_ready_are_caught(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Positions moved past every row read, also the ones the pass left ready (its room was
+    full, their group's lock busy): those wait for the next head read."""
+
+    def past_everything(
+        self: BatchClaimer, read: Sequence[Any], handled: set[int], from_start: bool, asked: int
+    ) -> None:
+        seen = [Seen(r.priority, r.seq) for r in read if r.state == "ready"]
+        self._positions.learn(seen, from_start=from_start, full=len(read) >= asked)
+
+    monkeypatch.setattr(BatchClaimer, "_learn", past_everything)
+    with pytest.raises(AssertionError, match=DIFFERS):
+        _run_machine(engine, "savepoint", FIND_ONLY)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite"], indirect=True)
+def test_a_source_blind_to_other_priorities_is_caught(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database source reading only the priorities it has positions for: a more urgent
+    outbox row stays pending behind the known ones."""
+    original = predicates.point_ranges
+
+    def known_only(
+        priority: ColumnElement[Any], seq: ColumnElement[Any], points: int
+    ) -> tuple[ColumnElement[bool], ...]:
+        parts = original(priority, seq, points)
+        return parts[1::2] if points else parts
+
+    monkeypatch.setattr(ingest_queries, "point_ranges", known_only)
+    # The take's count, or the pending rows, differ from the model's.
+    with pytest.raises(AssertionError, match=r"assert \d+ == \d+|pending"):
+        _run_machine(engine, "savepoint", FIND_ONLY)

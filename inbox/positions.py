@@ -13,9 +13,11 @@ the rows still there and the few the other readers took since.
 A read from positions covers every priority: from its position for a priority it knows, from
 its first row for the others (the ranges between and around the known ones). What it can
 miss is a row behind a position: one committed after rows with a larger seq were read
-(concurrent producers), made due later, or released by another reader's rollback. So the
-caller also reads from the head of the range on a fixed cadence, and whenever a read from the
-positions finds nothing.
+(concurrent producers), made ready again (a group's head promoted, an operator's retry),
+or released by another reader's rollback. So the caller also reads from the head of the
+range on a fixed cadence, and, when told that such rows may have come (``LookBack``), on
+the first read from the positions that finds nothing. It does not on every read that finds
+nothing: an idle reader polls, and each such read would walk every entry again.
 
 Pure: no SQL, no clock. The statements take the positions as ``points()``.
 """
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 FROM_START = -(2**63)
 
 # Positions kept, most urgent first: one branch per position in the read's statement.
-MAX_POINTS = 8
+MAX_POINTS = 16
 
 
 @dataclass(frozen=True)
@@ -80,3 +82,24 @@ class ScanPositions:
             self.after[priority] = position
         for priority in sorted(self.after)[MAX_POINTS:]:
             del self.after[priority]
+
+
+@dataclass
+class LookBack:
+    """Whether a read from positions that finds nothing reads again from the head: after
+    each ``want()`` (rows may have come behind the positions), until a read answers it.
+    ``asked`` counts the wants, ``answered`` the ones a read has answered: a want that comes
+    while a read is under way is left for the next."""
+
+    asked: int = 1  # the first read: nothing is known yet
+    answered: int = 0
+
+    def want(self) -> None:
+        self.asked += 1
+
+    def wanted(self) -> int:
+        """The wants so far, to ``answer`` after the read; 0: none unanswered."""
+        return self.asked if self.asked > self.answered else 0
+
+    def answer(self, wants: int) -> None:
+        self.answered = max(self.answered, wants)

@@ -73,7 +73,7 @@ class Worker:
             self.started_unreachable = holds is None and not self.stop.is_set()
             job_queue = bool(holds)
         self.heads = HeadPass(consumer, engine, job_queue=job_queue, broker=broker)
-        self.heads.on_promoted = self.claim_wake.set
+        self.heads.on_promoted = self._promoted
         self.claimer = BatchClaimer(consumer, engine, job_queue=job_queue, broker=broker)
         self.runner = BatchRunner(
             consumer,
@@ -311,8 +311,8 @@ class Worker:
             conn.execute(POSTGRESQL.listen(self.consumer.config.notify_channel))
             while not self.stop.is_set():
                 for note in conn.notifies(timeout=0.5):
-                    if note.payload == mine:
-                        self.claim_wake.set()
+                    if note.payload == mine:  # a head promoted elsewhere (unblock, a peer)
+                        self._promoted()
                     elif note.payload in queues:
                         self.source.wake()
 
@@ -325,7 +325,13 @@ class Worker:
             # Counted per consumer: one ingest batch mixes queues and priorities.
             metrics.default().duplicate(self.consumer.name, "", 0, result.duplicates)
         if result.inserted:
+            self.claimer.look_back()
             self.claim_wake.set()
+
+    def _promoted(self) -> None:
+        """A group's head became ready: behind the claimer's positions, as its seq is old."""
+        self.claimer.look_back()
+        self.claim_wake.set()
 
     def full_head_pass(self) -> int:
         return self.heads.head_pass(full=True)

@@ -14,7 +14,8 @@ holds an entry for each message claimed since vacuum last ran, and reading it on
 made a claim's cost grow with the messages done. A dead worker's claim is taken back within
 1.1 leases instead of 1. For the same reason the ready rows are read from where this
 claimer's last passes left off (``inbox.positions``), from the head of the range on those
-same passes and whenever that read finds nothing.
+same passes, and when that read finds nothing after the worker said rows may have come
+behind (``look_back``).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from inbox import rules
 from inbox.consumer import Consumer
 from inbox.engine.marks import mark_groups
 from inbox.engine.part import ConsumerPart
-from inbox.positions import ScanPositions, Seen
+from inbox.positions import LookBack, ScanPositions, Seen
 from inbox.sql import claims as q
-from inbox.sql.predicates import point_values
+from inbox.sql.predicates import point_shape, point_values
 from outbox import states
 from outbox.clock import utcnow
 
@@ -85,6 +86,7 @@ class BatchClaimer(ConsumerPart):
         # Where the ready rows are read from; from the head on the passes that look for
         # expired claims.
         self._positions = ScanPositions()
+        self._look_back = LookBack()
         self._positions_lock = threading.Lock()  # the worker's handler threads share it
 
     def _looks_for_expired(self, now: datetime) -> bool:
@@ -120,7 +122,7 @@ class BatchClaimer(ConsumerPart):
             with conn.begin():
                 now = self.clock()
                 expired = self._looks_for_expired(now)
-                rows, from_start = self._candidates(conn, now, limit, expired)
+                rows, from_start, look_back = self._candidates(conn, now, limit, expired)
                 read, asked = rows, limit
                 if share > 1 and len(rows) < limit:
                     quota = -(-(len(rows) + len(extra)) // share)
@@ -153,25 +155,40 @@ class BatchClaimer(ConsumerPart):
             self.dialect.release_group_locks(conn, names)
         # After the commit: a rolled-back pass leaves its rows where the next one reads.
         self._learn(read, {*fresh, *resumed, *waiting}, from_start, asked)
+        if look_back and (from_start or claims):
+            # Answered: the head was read, or the pass claimed (a batch to run; the pass
+            # after it looks back if it finds nothing). A pass that only set rows waiting
+            # leaves it for the next.
+            with self._positions_lock:
+                self._look_back.answer(look_back)
         claims.sort(key=lambda c: (c.row.priority, c.row.seq, c.row_id))
         undecided = tuple(g for g in extra if g not in decided)
         return ClaimPass(claims, left_some, undecided)
 
     def _candidates(
         self, conn: Connection, now: datetime, limit: int, expired: bool
-    ) -> tuple[Sequence[Any], bool]:
-        """The candidates, and whether their ready rows were read from the head of the range:
+    ) -> tuple[Sequence[Any], bool, int]:
+        """The candidates, whether their ready rows were read from the head of the range, and
+        the look-backs wanted when the pass began (``_learn`` answers them):
         on the pass that looks for expired claims, and when a read from the positions finds
-        nothing (see ``inbox.positions``)."""
+        nothing after ``look_back`` (see ``inbox.positions``)."""
         with self._positions_lock:
             points = () if expired else self._positions.points()
+            look_back = self._look_back.wanted()
         parameters = {"consumer": self.consumer.name, "now": now, "limit": limit}
-        statement = q.locked_candidates(self.inbox, self.dialect, expired, len(points))
+        statement = q.locked_candidates(self.inbox, self.dialect, expired, point_shape(points))
         rows = conn.execute(statement, {**parameters, **point_values(points)}).all()
-        if rows or not points:
-            return rows, not points
+        if rows or not points or not look_back:
+            return rows, not points, look_back
         statement = q.locked_candidates(self.inbox, self.dialect, expired)
-        return conn.execute(statement, parameters).all(), True
+        return conn.execute(statement, parameters).all(), True, look_back
+
+    def look_back(self) -> None:
+        """Rows may have become ready behind this claimer's positions (ingested out of
+        order, a group's head promoted): the next pass that finds nothing from the positions
+        reads from the head of the range."""
+        with self._positions_lock:
+            self._look_back.want()
 
     def _learn(self, read: Sequence[Any], handled: set[int], from_start: bool, asked: int) -> None:
         """Move the positions past the ready rows this pass read and dealt with."""

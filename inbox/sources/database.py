@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table
 
 from inbox.ingest import InboxIngest
-from inbox.positions import ScanPositions, Seen
+from inbox.positions import LookBack, ScanPositions, Seen
 from inbox.sql import ingest as queries
 from outbox.clock import utcnow
 from outbox.dialect import dialect_of
@@ -30,9 +30,12 @@ from outbox.wire import envelope_from_row
 log = logging.getLogger("inbox.sources.database")
 
 # How often a take reads the pending rows from the head of the range rather than from where
-# the last takes left off: the longest a row committed behind a position waits while every
-# take finds rows ahead of it (a quiet source reads from the head at once).
+# the last takes left off: the longest a row committed behind a position (a producer's
+# transaction that committed after later ones, an operator's retry) waits.
 FROM_HEAD_EVERY = timedelta(seconds=5)
+# Without notifications (MariaDB, SQLite) nothing says when such a row came: a take that
+# finds nothing from the positions reads from the head at most this often.
+LOOK_BACK_EVERY = timedelta(seconds=1)
 
 
 class DatabaseSource:
@@ -54,7 +57,9 @@ class DatabaseSource:
         self._ingest = ingest_within
         self._closed = False
         self._positions = ScanPositions()
+        self._look_back = LookBack()
         self._from_head_due: datetime | None = None  # the first take reads from the head
+        self._last_from_head: datetime | None = None
 
     def run_once(self, ingest: Ingest, max_messages: int, timeout: float) -> int:
         target = ingest if isinstance(ingest, InboxIngest) else self._ingest
@@ -66,6 +71,7 @@ class DatabaseSource:
         # Nothing due: wait for a NOTIFY (PostgreSQL) or the poll interval, then look again.
         if self._wake.wait(timeout):
             self._wake.clear()
+            self._look_back.want()  # a commit: maybe of a row behind the positions
             return self._take(target, max_messages)
         return 0
 
@@ -89,18 +95,30 @@ class DatabaseSource:
         self, conn: Connection, outbox: Table, now: datetime, limit: int
     ) -> tuple[Sequence[Any], bool]:
         """Pending rows to take, and whether they were read from the head of the range: once
-        per ``FROM_HEAD_EVERY`` and whenever a read from the positions finds nothing (see
-        ``inbox.positions``)."""
+        per ``FROM_HEAD_EVERY``, and when a read from the positions finds nothing after a
+        wake (a NOTIFY) or, without notifications, ``LOOK_BACK_EVERY`` after the last read
+        from the head (see ``inbox.positions``)."""
         points = self._positions.points()
         if self._from_head_due is None or now >= self._from_head_due:
             self._from_head_due = now + FROM_HEAD_EVERY
             points = ()
+        wanted = self._look_back.wanted()
+        self._look_back.answer(wanted)  # by this take, whatever it finds
+        look_back = bool(wanted) or self._look_back_due(now)
         statement = queries.pending_outbox(outbox, self.queues, now, limit, self.dialect, points)
         rows = conn.execute(statement).all()
-        if rows or not points:
-            return rows, not points
-        statement = queries.pending_outbox(outbox, self.queues, now, limit, self.dialect)
-        return conn.execute(statement).all(), True
+        if points and not rows and look_back:
+            statement = queries.pending_outbox(outbox, self.queues, now, limit, self.dialect)
+            rows, points = conn.execute(statement).all(), ()
+        if not points:
+            self._last_from_head = now
+        return rows, not points
+
+    def _look_back_due(self, now: datetime) -> bool:
+        if self.dialect.notifies:
+            return False
+        last = self._last_from_head
+        return last is None or now - last >= LOOK_BACK_EVERY
 
     def wake(self) -> None:
         self._wake.set()

@@ -55,19 +55,20 @@ OUTBOX_HEAD = "outbox"
 
 @lru_cache(maxsize=64)
 def locked_candidates(
-    table: Table, dialect: Dialect, expired: bool = True, points: int = 0
+    table: Table, dialect: Dialect, expired: bool = True, shape: tuple[bool, ...] = ()
 ) -> Select[Any]:
     """``queries.candidates`` (ready rows, due retries, with ``expired`` expired claims, most
     urgent first), each branch locking what it returns with ``SKIP LOCKED``: two claimers
     read disjoint candidates instead of racing for the same ones. SQLite: ``BEGIN
-    IMMEDIATE`` already made this transaction the only writer. With ``points``, the ready
-    rows are read from that many positions (``predicates.point_ranges``), not from the head
-    of the ready range. Parameters: consumer, now, limit, and the points' values."""
+    IMMEDIATE`` already made this transaction the only writer. With a ``shape``
+    (``predicates.point_shape``), the ready rows are read from positions
+    (``predicates.point_ranges``), not from the head of the ready range. Parameters:
+    consumer, now, limit, and the positions' values."""
     t = table.c
     now: BindParameter[Any] = bindparam("now")
     limit = bindparam("limit", type_=Integer)
     ready, *others = candidate_conditions(table, now, expired=expired)
-    parts = [and_(ready, part) for part in point_ranges(t.priority, t.seq, points)]
+    parts = [and_(ready, part) for part in point_ranges(t.priority, t.seq, shape)]
     branches = []
     for index, condition in enumerate([*parts, *others]):
         branch = (

@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-from inbox.sql.predicates import point_ranges, point_values
+from inbox.sql.predicates import point_ranges, point_shape, point_values
 from outbox import states
 from outbox.dialect import Dialect
 from outbox.queries import message_columns, per_row
@@ -80,7 +80,7 @@ def pending_outbox(
             .order_by(o.priority, o.id)
             .limit(limit)
         )
-        for part in point_ranges(o.priority, o.id, len(points))
+        for part in point_ranges(o.priority, o.id, point_shape(points))
     ]
     if not points:
         return branches[0]

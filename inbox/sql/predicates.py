@@ -70,23 +70,36 @@ def candidate_conditions(
 
 
 def point_ranges(
-    priority: ColumnElement[Any], seq: ColumnElement[Any], points: int
+    priority: ColumnElement[Any], seq: ColumnElement[Any], shape: tuple[bool, ...]
 ) -> tuple[ColumnElement[bool], ...]:
-    """A range ordered by (priority, seq) split at ``points`` positions (``inbox.positions``):
-    per known priority the rows after its position, and the priorities before, between and
-    after the known ones from their first row. Each part is one index range, read by its
-    own ordered branch. No points: the whole range. Parameters: p0, after0, p1, ..."""
-    if not points:
+    """A range ordered by (priority, seq) split at positions (``inbox.positions``), one
+    index range per part, each read by its own ordered branch: first, per known priority,
+    the rows after its position; then the priorities before, between and after the known
+    ones from their first row (``point_shape``: which of the between-ranges can hold a
+    priority at all). No positions: the whole range. Parameters: p0, after0, p1, ..."""
+    if not shape:
         return (true(),)
-    p = [bindparam(f"p{i}", type_=Integer) for i in range(points)]
-    after = [bindparam(f"after{i}", type_=BigInteger) for i in range(points)]
-    parts: list[ColumnElement[bool]] = [priority < p[0]]
-    for i in range(points):
-        parts.append(and_(priority == p[i], seq > after[i]))
-        parts.append(
-            priority > p[i] if i == points - 1 else and_(priority > p[i], priority < p[i + 1])
-        )
+    k = len(shape)
+    p = [bindparam(f"p{i}", type_=Integer) for i in range(k)]
+    after = [bindparam(f"after{i}", type_=BigInteger) for i in range(k)]
+    parts: list[ColumnElement[bool]] = [and_(priority == p[i], seq > after[i]) for i in range(k)]
+    parts.append(priority < p[0])
+    for i, gap in enumerate(shape):
+        if gap:
+            parts.append(
+                priority > p[i] if i == k - 1 else and_(priority > p[i], priority < p[i + 1])
+            )
     return tuple(parts)
+
+
+def point_shape(points: Sequence[tuple[int, int]]) -> tuple[bool, ...]:
+    """Per position, whether a priority can lie between it and the next (always after the
+    last): the statement of ``point_ranges`` reads only those ranges."""
+    priorities = [priority for priority, _ in points]
+    return tuple(
+        i == len(priorities) - 1 or priorities[i + 1] - priorities[i] > 1
+        for i in range(len(priorities))
+    )
 
 
 def point_values(points: Sequence[tuple[int, int]]) -> dict[str, int]:

@@ -35,7 +35,7 @@ from typing import Literal
 from uuid import UUID
 
 from inbox.positions import ScanPositions, Seen
-from inbox.sources.database import FROM_HEAD_EVERY
+from inbox.sources.database import FROM_HEAD_EVERY, LOOK_BACK_EVERY
 from outbox import states
 
 Outcome = Literal["ok", "error", "permanent"]
@@ -139,8 +139,12 @@ class Model:
     # the product's own, a pure function with its own tests; what the model checks is that
     # the statements read what it says, and that the guarantees hold with it).
     positions: ScanPositions = field(default_factory=ScanPositions)
+    look_back: bool = True  # BatchClaimer.look_back: set by an ingest and a promotion
     source_positions: ScanPositions = field(default_factory=ScanPositions)
     source_from_head_due: datetime | None = None
+    source_last_from_head: datetime | None = None
+    source_look_back: bool = True  # the first take; then only a NOTIFY (never here) sets it
+    notifies: bool = False  # the database has NOTIFY (PostgreSQL)
 
     # --- producer, delivery, time ---------------------------------------------------------
 
@@ -156,10 +160,16 @@ class Model:
             self.source_from_head_due = self.now + FROM_HEAD_EVERY
             points = {}
         pending = [m for m in self.messages.values() if m.pending]
+        look_back, self.source_look_back = self.source_look_back, False
+        last = self.source_last_from_head
+        if not self.notifies and (last is None or self.now - last >= LOOK_BACK_EVERY):
+            look_back = True
         read = sorted((m for m in pending if _past(m.order, points)), key=lambda m: m.order)
+        if not read and points and look_back:
+            read, points = sorted(pending, key=lambda m: m.order), {}
         from_start = not points
-        if not read and points:
-            read, from_start = sorted(pending, key=lambda m: m.order), True
+        if from_start:
+            self.source_last_from_head = self.now
         read = read[:limit]
         seen = [Seen(m.priority, m.seq) for m in read]
         self.source_positions.learn(seen, from_start=from_start, full=len(read) >= limit)
@@ -180,6 +190,7 @@ class Model:
             message = self.messages[event_id]
             state = states.READY if message.known else states.FAILED
             self.rows[event_id] = Row(message, state, available_at=self.now)
+            self.look_back = True  # the worker's ingest tells its claimer (inserted rows)
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
@@ -274,6 +285,14 @@ class Model:
         self.expired_due = self.now + timedelta(seconds=self.policy.visibility_timeout / 10)
         return True
 
+    def claimer_sees(self, row: Row) -> bool:
+        """Whether the claim passes from now on find ``row`` before the next pass that looks
+        for expired claims: a ready row behind the claimer's position only after a
+        look-back (``inbox.positions``)."""
+        if row.state != states.READY or self.look_back or self.will_look_for_expired():
+            return True
+        return _past(row.order, dict(self.positions.points()))
+
     def will_look_for_expired(self) -> bool:
         """``looks_for_expired`` without counting a pass."""
         return self.expired_due is None or self.now >= self.expired_due
@@ -327,9 +346,10 @@ class Model:
         held = set(locked_rows)
         expired = self.looks_for_expired()
         points = {} if expired else dict(self.positions.points())
+        look_back = self.look_back
         rows = self.candidates(limit, held, expired=expired, points=points)
         from_start = not points
-        if not rows and points:
+        if not rows and points and look_back:
             rows, from_start = self.candidates(limit, held, expired=expired), True
         read, asked = rows, limit
         left_some = False
@@ -373,6 +393,8 @@ class Model:
         for row in waiting:
             row.state = states.WAITING
         claims = [self._claim(row, resumed) for row, resumed in chosen]
+        if from_start or claims:
+            self.look_back = False  # answered (BatchClaimer._claim)
         claims.sort(key=lambda c: self.rows[c.event_id].order)
         undecided = tuple(g for g in extra if g not in decided)
         taken_back = tuple(r.event_id for r, resumed in chosen if resumed)
@@ -428,16 +450,23 @@ class Model:
         return min(line, key=lambda r: r.order) if line else None
 
     def promote(
-        self, group: str, *, skip: bool | None = None, job_queue: bool | None = None
+        self,
+        group: str,
+        *,
+        skip: bool | None = None,
+        job_queue: bool | None = None,
+        ours: bool = True,
     ) -> bool:
         """HeadPass.promote_group: the group's head becomes ready if it waits with nothing
-        before it."""
+        before it. ``ours``: the worker's own head pass, which tells its claimer to look
+        back (``BatchClaimer.look_back``); an operator's does not."""
         head = self.head(group, skip)
         if head is None or head.state != states.WAITING:
             return False
         if self.blocked(head, job_queue=job_queue):
             return False
         head.state = states.READY
+        self.look_back = self.look_back or ours
         return True
 
     def head_pass(self) -> int:
@@ -452,7 +481,8 @@ class Model:
         for row in halted:
             row.state = states.FAILED
         if halted:
-            self.promote(group, skip=False, job_queue=False)
+            # Its NOTIFY (PostgreSQL) tells the worker, which looks back.
+            self.promote(group, skip=False, job_queue=False, ours=self.notifies)
         return len(halted)
 
     # --- running a batch -------------------------------------------------------------------

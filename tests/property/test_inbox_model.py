@@ -61,13 +61,14 @@ from inbox.engine.heads import Candidate, HeadPass
 from inbox.engine.locks import group_transaction
 from inbox.engine.outcomes import frees_group
 from inbox.engine.runner import BatchRunner
-from inbox.ingest import InboxIngest
+from inbox.ingest import InboxIngest, IngestResult
 from inbox.settings import Isolation
 from inbox.sources.database import DatabaseSource
 from inbox.sql import claims as claim_queries
 from inbox.sql import heads as queries
 from outbox import Message, inbox_table, outbox_table, states, store_many
 from outbox.backoff import Backoff
+from outbox.dialect import dialect_of
 from outbox.schema import groups_table
 from outbox.wire import Envelope
 from tests.property import model as m
@@ -173,6 +174,7 @@ class InboxMachine(RuleBasedStateMachine):
         self.clock = Clock()
         self.policy = m.Policy(on_retry, on_dead, max_attempts, VISIBILITY, batch=batch)
         self.model = m.Model(self.policy, self.clock.now)
+        self.model.notifies = dialect_of(self.engine).notifies
         self.jitter = ScriptedJitter()
         self.consumer = Consumer(
             f"c{RUN}_{number}",
@@ -197,6 +199,9 @@ class InboxMachine(RuleBasedStateMachine):
         )
         self.heads = HeadPass(self.consumer, self.engine, job_queue=True, clock=self.clock)
         self.ingest = InboxIngest(self.consumer, self.engine, clock=self.clock)
+        # As the worker wires them: an ingest and a promotion make the claimer look back.
+        self.heads.on_promoted = self.claimer.look_back
+        self.ingest.on_ingested = self._ingested
         self.source = DatabaseSource(self.engine, [self.queue], clock=self.clock)
         self.real: dict[int, Claim] = {}  # model claim number -> the claim the product made
         self.active: list[list[int]] = []  # batches a worker is running
@@ -207,6 +212,10 @@ class InboxMachine(RuleBasedStateMachine):
         SEEN["examples"] += 1
         SEEN[f"batch size {batch}"] += 1
         self.store(stored)
+
+    def _ingested(self, result: IngestResult) -> None:
+        if result.inserted:
+            self.claimer.look_back()
 
     def _handler(self, session: Session, message: InboxMessage) -> None:
         session.execute(
@@ -311,9 +320,14 @@ class InboxMachine(RuleBasedStateMachine):
         waiting: if anything may start, something must (G6: no message left behind)."""
         # An expired claim counts when this pass reads expired claims (one pass per tenth of
         # the lease does); a later one that does must take it back, which ``_compare`` checks.
+        # Likewise a ready row behind the claimer's position, until a look-back or that pass
+        # (``inbox.positions``): nothing told this worker of it (another claimer released
+        # it, an operator promoted it).
         looks = self.model.will_look_for_expired()
         may_start = [
-            r.event_id for r in self.model.startable() if looks or not self.model.expired(r)
+            r.event_id
+            for r in self.model.startable()
+            if (looks or not self.model.expired(r)) and self.model.claimer_sees(r)
         ]
         promoted = self.heads.head_pass()
         assert promoted == self.model.head_pass()

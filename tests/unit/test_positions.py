@@ -3,7 +3,8 @@ past a row left as it was."""
 
 from __future__ import annotations
 
-from inbox.positions import FROM_START, MAX_POINTS, ScanPositions, Seen
+from inbox.positions import FROM_START, MAX_POINTS, LookBack, ScanPositions, Seen
+from inbox.sql.predicates import point_shape
 
 
 def test_a_read_from_the_head_sets_a_position_per_priority() -> None:
@@ -58,3 +59,21 @@ def test_only_the_most_urgent_positions_are_kept() -> None:
     rows = [Seen(p, 1) for p in range(MAX_POINTS + 3, 0, -1)]
     positions.learn(sorted(rows, key=lambda r: r.priority), from_start=True, full=False)
     assert [p for p, _ in positions.points()] == list(range(1, MAX_POINTS + 1))
+
+
+def test_a_read_from_positions_leaves_out_the_ranges_no_priority_fits() -> None:
+    assert point_shape([]) == ()
+    assert point_shape([(1, 5)]) == (True,)
+    assert point_shape([(1, 5), (2, 9), (4, 1)]) == (False, True, True)
+
+
+def test_a_look_back_wanted_during_a_read_is_left_for_the_next() -> None:
+    look_back = LookBack()
+    first = look_back.wanted()
+    assert first
+    look_back.want()  # comes while the read runs
+    look_back.answer(first)
+    second = look_back.wanted()
+    assert second
+    look_back.answer(second)
+    assert not look_back.wanted()

@@ -105,7 +105,7 @@ def test_a_claim_from_its_position_skips_the_entries_of_taken_rows(
     dialect = dialect_of(taken_behind_a_snapshot)
     parameters = {"consumer": "c", "now": NOW, "limit": LIMIT}
     from_head = q.locked_candidates(inbox_table, dialect, False)
-    from_position = q.locked_candidates(inbox_table, dialect, False, 1)
+    from_position = q.locked_candidates(inbox_table, dialect, False, (True,))
     with taken_behind_a_snapshot.connect() as conn:
         head = buffers_of(conn, from_head, parameters)
         positioned = buffers_of(conn, from_position, parameters | point_values([(1, TAKEN)]))

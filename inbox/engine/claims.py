@@ -37,7 +37,7 @@ from inbox.engine.marks import mark_groups
 from inbox.engine.part import ConsumerPart
 from inbox.positions import LookBack, ScanPositions, Seen
 from inbox.sql import claims as q
-from inbox.sql.predicates import point_shape, point_values
+from inbox.sql.predicates import point_shape, point_values, settled
 from outbox import states
 from outbox.clock import utcnow
 
@@ -176,8 +176,14 @@ class BatchClaimer(ConsumerPart):
             points = () if expired else self._positions.points()
             look_back = self._look_back.wanted()
         parameters = {"consumer": self.consumer.name, "now": now, "limit": limit}
-        statement = q.locked_candidates(self.inbox, self.dialect, expired, point_shape(points))
-        rows = conn.execute(statement, {**parameters, **point_values(points)}).all()
+        shape = point_shape(points)
+        values = {**parameters, **point_values(points)}
+        statement = q.locked_candidates(self.inbox, self.dialect, expired, shape)
+        rows: list[Any] = list(conn.execute(statement, values).all())
+        if not settled(rows, limit, points):
+            statement = q.locked_candidates(self.inbox, self.dialect, expired, shape, rest=True)
+            rows += conn.execute(statement, values).all()
+            rows = sorted(rows, key=lambda r: (r.priority, r.seq, r.id))[:limit]
         if rows or not points or not look_back:
             return rows, not points, look_back
         statement = q.locked_candidates(self.inbox, self.dialect, expired)

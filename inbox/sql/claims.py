@@ -36,6 +36,7 @@ from sqlalchemy.dialects import postgresql
 from inbox.rules import SkipRetry
 from inbox.sql.predicates import (
     DUE_STATES,
+    FIRST_PARTS,
     candidate_columns,
     candidate_conditions,
     claimable,
@@ -55,22 +56,30 @@ OUTBOX_HEAD = "outbox"
 
 @lru_cache(maxsize=64)
 def locked_candidates(
-    table: Table, dialect: Dialect, expired: bool = True, shape: tuple[bool, ...] = ()
+    table: Table,
+    dialect: Dialect,
+    expired: bool = True,
+    shape: tuple[bool, ...] = (),
+    rest: bool = False,
 ) -> Select[Any]:
     """``queries.candidates`` (ready rows, due retries, with ``expired`` expired claims, most
     urgent first), each branch locking what it returns with ``SKIP LOCKED``: two claimers
     read disjoint candidates instead of racing for the same ones. SQLite: ``BEGIN
     IMMEDIATE`` already made this transaction the only writer. With a ``shape``
     (``predicates.point_shape``), the ready rows are read from positions
-    (``predicates.point_ranges``), not from the head of the ready range. Parameters:
-    consumer, now, limit, and the positions' values."""
+    (``predicates.point_ranges``), not from the head of the ready range: the first parts
+    with the other states, or with ``rest`` the other parts only (every branch reads up to
+    ``limit`` rows and locks them, so the less urgent ones are read only when needed).
+    Parameters: consumer, now, limit, and the positions' values."""
     t = table.c
     now: BindParameter[Any] = bindparam("now")
     limit = bindparam("limit", type_=Integer)
     ready, *others = candidate_conditions(table, now, expired=expired)
-    parts = [and_(ready, part) for part in point_ranges(t.priority, t.seq, shape)]
+    parts = point_ranges(t.priority, t.seq, shape)
+    chosen = parts[FIRST_PARTS:] if rest else parts[:FIRST_PARTS]
+    conditions = [and_(ready, part) for part in chosen] + ([] if rest else others)
     branches = []
-    for index, condition in enumerate([*parts, *others]):
+    for index, condition in enumerate(conditions):
         branch = (
             select(*candidate_columns(table))
             .where(t.consumer == bindparam("consumer"), condition)

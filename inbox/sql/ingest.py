@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-from inbox.sql.predicates import point_ranges, point_shape, point_values
+from inbox.sql.predicates import FIRST_PARTS, point_ranges, point_shape, point_values
 from outbox import states
 from outbox.dialect import Dialect
 from outbox.queries import message_columns, per_row
@@ -62,11 +62,14 @@ def pending_outbox(
     limit: int,
     dialect: Dialect,
     points: Sequence[tuple[int, int]] = (),
+    rest: bool = False,
 ) -> Select[Any]:
     """Committed due pending rows of our queues, most urgent first, locked for us; with
     ``points`` read from those positions (``inbox.positions``) rather than from the head of
-    ``ix_outbox_relay``'s pending range."""
+    ``ix_outbox_relay``'s pending range: the first parts, or with ``rest`` the others
+    (``predicates.point_ranges``)."""
     o = outbox.c
+    parts = point_ranges(o.priority, o.id, point_shape(points))
     branches = [
         # SQLite: BEGIN IMMEDIATE already made us the only writer.
         dialect.skip_locked(
@@ -80,12 +83,12 @@ def pending_outbox(
             .order_by(o.priority, o.id)
             .limit(limit)
         )
-        for part in point_ranges(o.priority, o.id, point_shape(points))
+        for part in (parts[FIRST_PARTS:] if rest else parts[:FIRST_PARTS])
     ]
     if not points:
         return branches[0]
-    parts = [select(b.subquery(f"part_{i}")) for i, b in enumerate(branches)]
-    merged = union_all(*parts).subquery("pending")
+    subqueries = [select(b.subquery(f"part_{i}")) for i, b in enumerate(branches)]
+    merged = union_all(*subqueries).subquery("pending")
     m = merged.c
     return select(merged).order_by(m.priority, m.id).limit(limit).params(point_values(points))
 

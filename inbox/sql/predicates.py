@@ -69,12 +69,18 @@ def candidate_conditions(
     return (*conditions, and_(t.state == states.PROCESSING, t.lease_until < now))
 
 
+# ``point_ranges``' parts read first: the most urgent known priority from its position, and
+# the priorities before it. The rest (``[FIRST_PARTS:]``) only when those do not fill the read.
+FIRST_PARTS = 2
+
+
 def point_ranges(
     priority: ColumnElement[Any], seq: ColumnElement[Any], shape: tuple[bool, ...]
 ) -> tuple[ColumnElement[bool], ...]:
     """A range ordered by (priority, seq) split at positions (``inbox.positions``), one
-    index range per part, each read by its own ordered branch: first, per known priority,
-    the rows after its position; then the priorities before, between and after the known
+    index range per part, each read by its own ordered branch: the most urgent known
+    priority after its position and the priorities before it (``FIRST_PARTS``), then the
+    other known priorities after theirs, and the priorities between and after the known
     ones from their first row (``point_shape``: which of the between-ranges can hold a
     priority at all). No positions: the whole range. Parameters: p0, after0, p1, ..."""
     if not shape:
@@ -82,14 +88,23 @@ def point_ranges(
     k = len(shape)
     p = [bindparam(f"p{i}", type_=Integer) for i in range(k)]
     after = [bindparam(f"after{i}", type_=BigInteger) for i in range(k)]
-    parts: list[ColumnElement[bool]] = [and_(priority == p[i], seq > after[i]) for i in range(k)]
-    parts.append(priority < p[0])
+    parts: list[ColumnElement[bool]] = [and_(priority == p[0], seq > after[0]), priority < p[0]]
+    parts += [and_(priority == p[i], seq > after[i]) for i in range(1, k)]
     for i, gap in enumerate(shape):
         if gap:
             parts.append(
                 priority > p[i] if i == k - 1 else and_(priority > p[i], priority < p[i + 1])
             )
     return tuple(parts)
+
+
+def settled(rows: Sequence[Any], limit: int, points: Sequence[tuple[int, int]]) -> bool:
+    """Whether the first parts' read is the whole answer: ``limit`` rows, none less urgent
+    than the first known priority (every row of the other parts is)."""
+    if not points:
+        return True
+    first = points[0][0]
+    return len(rows) >= limit and all(r.priority <= first for r in rows)
 
 
 def point_shape(points: Sequence[tuple[int, int]]) -> tuple[bool, ...]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import ColumnElement, Connection, Engine
+from sqlalchemy import ColumnElement, Connection, Engine, false
 
 from inbox.engine.claims import BatchClaimer
 from inbox.positions import Seen
@@ -44,8 +44,11 @@ def test_a_read_blind_to_other_priorities_is_caught(
     def known_only(
         priority: ColumnElement[Any], seq: ColumnElement[Any], shape: tuple[bool, ...]
     ) -> tuple[ColumnElement[bool], ...]:
-        parts = original(priority, seq, shape)
-        return parts[: len(shape)] if shape else parts
+        parts = list(original(priority, seq, shape))
+        if shape:  # [first position, before it, other positions..., the rest]: see there
+            positions = {0, *range(2, len(shape) + 1)}
+            parts = [part if i in positions else false() for i, part in enumerate(parts)]
+        return tuple(parts)
 
     monkeypatch.setattr(claim_queries, "point_ranges", known_only)
     with pytest.raises(AssertionError, match=DIFFERS):
@@ -63,11 +66,16 @@ def test_a_claimer_that_never_looks_back_is_caught(
         self: BatchClaimer, conn: Connection, now: Any, limit: int, expired: bool
     ) -> tuple[Sequence[Any], bool, int]:
         points = () if expired else self._positions.points()
-        statement = claim_queries.locked_candidates(
-            self.inbox, self.dialect, expired, point_shape(points)
-        )
+        shape = point_shape(points)
         parameters = {"consumer": self.consumer.name, "now": now, "limit": limit}
-        rows = conn.execute(statement, {**parameters, **point_values(points)}).all()
+        values = {**parameters, **point_values(points)}
+        rows = []
+        for rest in (False, True) if points else (False,):
+            statement = claim_queries.locked_candidates(
+                self.inbox, self.dialect, expired, shape, rest
+            )
+            rows += conn.execute(statement, values).all()
+        rows = sorted(rows, key=lambda r: (r.priority, r.seq, r.id))[:limit]
         return rows, not points, 0
 
     monkeypatch.setattr(BatchClaimer, "_candidates", no_second_look)
@@ -104,8 +112,11 @@ def test_a_source_blind_to_other_priorities_is_caught(
     def known_only(
         priority: ColumnElement[Any], seq: ColumnElement[Any], shape: tuple[bool, ...]
     ) -> tuple[ColumnElement[bool], ...]:
-        parts = original(priority, seq, shape)
-        return parts[: len(shape)] if shape else parts
+        parts = list(original(priority, seq, shape))
+        if shape:  # [first position, before it, other positions..., the rest]: see there
+            positions = {0, *range(2, len(shape) + 1)}
+            parts = [part if i in positions else false() for i, part in enumerate(parts)]
+        return tuple(parts)
 
     monkeypatch.setattr(ingest_queries, "point_ranges", known_only)
     # The take's count, or the pending rows, differ from the model's.

@@ -26,7 +26,6 @@ from tests.support.databases import DatabaseFactory
 
 ROWS = 20_000
 TAKEN = 19_900  # taken behind the snapshot: their entries stay in the state index
-NOW = datetime.now(UTC) + timedelta(minutes=1)
 LIMIT = 10
 
 
@@ -72,6 +71,12 @@ def taken_behind_a_snapshot(db_factories: dict[str, DatabaseFactory]) -> Iterato
             engine.dispose()
 
 
+def later() -> datetime:
+    """A moment after every row's ``available_at`` (taken when the test runs, not when the
+    module was collected: a long parallel run may start it minutes later)."""
+    return datetime.now(UTC) + timedelta(minutes=1)
+
+
 def buffers_of(conn: Connection, statement: Any, parameters: dict[str, Any]) -> int:
     """Shared buffers (hit + read) that one run of ``statement`` touched, rolled back."""
     notices: list[str] = []
@@ -103,7 +108,7 @@ def test_a_claim_from_its_position_skips_the_entries_of_taken_rows(
     taken_behind_a_snapshot: Engine,
 ) -> None:
     dialect = dialect_of(taken_behind_a_snapshot)
-    parameters = {"consumer": "c", "now": NOW, "limit": LIMIT}
+    parameters = {"consumer": "c", "now": later(), "limit": LIMIT}
     from_head = q.locked_candidates(inbox_table, dialect, False)
     from_position = q.locked_candidates(inbox_table, dialect, False, (True,))
     with taken_behind_a_snapshot.connect() as conn:
@@ -119,9 +124,10 @@ def test_a_take_from_its_position_skips_the_entries_of_sent_rows(
     taken_behind_a_snapshot: Engine,
 ) -> None:
     dialect = dialect_of(taken_behind_a_snapshot)
+    now = later()
     with taken_behind_a_snapshot.connect() as conn:
-        head = buffers_of(conn, pending_outbox(outbox_table, ["q"], NOW, LIMIT, dialect), {})
-        statement = pending_outbox(outbox_table, ["q"], NOW, LIMIT, dialect, [(1, TAKEN)])
+        head = buffers_of(conn, pending_outbox(outbox_table, ["q"], now, LIMIT, dialect), {})
+        statement = pending_outbox(outbox_table, ["q"], now, LIMIT, dialect, [(1, TAKEN)])
         positioned = buffers_of(conn, statement, {})
     assert head > TAKEN / 100, head
     assert positioned < 50, positioned

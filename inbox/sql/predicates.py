@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Integer, Table, and_, bindparam, or_, true
+from sqlalchemy import BigInteger, ColumnElement, Integer, Table, and_, bindparam, or_, true, tuple_
 
 from inbox.rules import SkipRetry
 from outbox import states
@@ -88,8 +88,16 @@ def point_ranges(
     k = len(shape)
     p = [bindparam(f"p{i}", type_=Integer) for i in range(k)]
     after = [bindparam(f"after{i}", type_=BigInteger) for i in range(k)]
-    parts: list[ColumnElement[bool]] = [and_(priority == p[0], seq > after[0]), priority < p[0]]
-    parts += [and_(priority == p[i], seq > after[i]) for i in range(1, k)]
+
+    def from_position(i: int) -> ColumnElement[bool]:
+        # A row comparison, not ``priority = p AND seq > after``: that form lets the planner
+        # read the primary key from ``after`` (seq is the outbox id) and filter on priority,
+        # through every row of the other priorities; this one starts the read of the
+        # (..., priority, seq) index at the position, and ends it with the priority.
+        return and_(tuple_(priority, seq) > tuple_(p[i], after[i]), priority <= p[i])
+
+    parts: list[ColumnElement[bool]] = [from_position(0), priority < p[0]]
+    parts += [from_position(i) for i in range(1, k)]
     for i, gap in enumerate(shape):
         if gap:
             parts.append(

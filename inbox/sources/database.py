@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, Table
 from inbox.ingest import InboxIngest
 from inbox.positions import LookBack, ScanPositions, Seen
 from inbox.sql import ingest as queries
-from inbox.sql.predicates import settled
+from inbox.sql.predicates import point_shape, settled
 from outbox.clock import utcnow
 from outbox.dialect import dialect_of
 from outbox.schema import schema_for
@@ -106,17 +106,18 @@ class DatabaseSource:
         wanted = self._look_back.wanted()
         self._look_back.answer(wanted)  # by this take, whatever it finds
         look_back = bool(wanted) or self._look_back_due(now)
-        statement = queries.pending_outbox(outbox, self.queues, now, limit, self.dialect, points)
-        rows: list[Any] = list(conn.execute(statement).all())
+        shape = point_shape(points)
+        values = queries.pending_parameters(self.queues, now, limit, points)
+        statement = queries.pending_outbox(outbox, self.dialect, shape)
+        rows: list[Any] = list(conn.execute(statement, values).all())
         if not settled(rows, limit, points):
-            statement = queries.pending_outbox(
-                outbox, self.queues, now, limit, self.dialect, points, rest=True
-            )
-            rows += conn.execute(statement).all()
+            statement = queries.pending_outbox(outbox, self.dialect, shape, rest=True)
+            rows += conn.execute(statement, values).all()
             rows = sorted(rows, key=lambda r: (r.priority, r.id))[:limit]
         if points and not rows and look_back:
-            statement = queries.pending_outbox(outbox, self.queues, now, limit, self.dialect)
-            rows, points = list(conn.execute(statement).all()), ()
+            statement = queries.pending_outbox(outbox, self.dialect)
+            values = queries.pending_parameters(self.queues, now, limit)
+            rows, points = list(conn.execute(statement, values).all()), ()
         if not points:
             self._last_from_head = now
         return rows, not points

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Select,
     Table,
     Update,
+    bindparam,
     literal_column,
     select,
     union_all,
@@ -23,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-from inbox.sql.predicates import FIRST_PARTS, point_ranges, point_shape, point_values
+from inbox.sql.predicates import FIRST_PARTS, point_ranges, point_values
 from outbox import states
 from outbox.dialect import Dialect
 from outbox.queries import message_columns, per_row
@@ -55,29 +56,26 @@ def ingest_mysql(table: Table) -> Any:
 # --- database source ------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=64)
 def pending_outbox(
-    outbox: Table,
-    queues: Sequence[str],
-    now: datetime,
-    limit: int,
-    dialect: Dialect,
-    points: Sequence[tuple[int, int]] = (),
-    rest: bool = False,
+    outbox: Table, dialect: Dialect, shape: tuple[bool, ...] = (), rest: bool = False
 ) -> Select[Any]:
-    """Committed due pending rows of our queues, most urgent first, locked for us; with
-    ``points`` read from those positions (``inbox.positions``) rather than from the head of
-    ``ix_outbox_relay``'s pending range: the first parts, or with ``rest`` the others
-    (``predicates.point_ranges``)."""
+    """Committed due pending rows of our queues, most urgent first, locked for us; with a
+    ``shape`` (``predicates.point_shape``) read from positions (``inbox.positions``) rather
+    than from the head of ``ix_outbox_relay``'s pending range: the first parts, or with
+    ``rest`` the others (``predicates.point_ranges``). Built once per shape: building it
+    costs more than running it. Parameters: ``pending_parameters``."""
     o = outbox.c
-    parts = point_ranges(o.priority, o.id, point_shape(points))
+    limit = bindparam("limit", type_=Integer)
+    parts = point_ranges(o.priority, o.id, shape)
     branches = [
         # SQLite: BEGIN IMMEDIATE already made us the only writer.
         dialect.skip_locked(
             select(*message_columns(outbox))
             .where(
                 o.status == states.PENDING,
-                o.queue.in_(list(queues)),
-                o.available_at <= now,
+                o.queue.in_(bindparam("queues", expanding=True)),
+                o.available_at <= bindparam("now"),
                 part,
             )
             .order_by(o.priority, o.id)
@@ -85,12 +83,19 @@ def pending_outbox(
         )
         for part in (parts[FIRST_PARTS:] if rest else parts[:FIRST_PARTS])
     ]
-    if not points:
+    if not shape:
         return branches[0]
     subqueries = [select(b.subquery(f"part_{i}")) for i, b in enumerate(branches)]
     merged = union_all(*subqueries).subquery("pending")
     m = merged.c
-    return select(merged).order_by(m.priority, m.id).limit(limit).params(point_values(points))
+    return select(merged).order_by(m.priority, m.id).limit(limit)
+
+
+def pending_parameters(
+    queues: Sequence[str], now: datetime, limit: int, points: Sequence[tuple[int, int]] = ()
+) -> dict[str, Any]:
+    """The parameters of ``pending_outbox`` read from ``points``."""
+    return {"queues": list(queues), "now": now, "limit": limit, **point_values(points)}
 
 
 def mark_outbox_sent(outbox: Table, ids: Sequence[int], now: datetime) -> Update:

@@ -27,9 +27,11 @@ DIFFERS = r"model expects|\) == \('"
 @pytest.fixture
 def fresh_statements() -> Any:
     """The claim statements are built once per shape: build them again around the test."""
-    claim_queries.locked_candidates.cache_clear()
+    for built_once in (claim_queries.locked_candidates, ingest_queries.pending_outbox):
+        built_once.cache_clear()
     yield
-    claim_queries.locked_candidates.cache_clear()
+    for built_once in (claim_queries.locked_candidates, ingest_queries.pending_outbox):
+        built_once.cache_clear()
 
 
 @pytest.mark.usefixtures("fresh_statements")
@@ -101,6 +103,7 @@ def test_positions_past_rows_left_ready_are_caught(
         _run_machine(engine, "savepoint", FIND_ONLY)
 
 
+@pytest.mark.usefixtures("fresh_statements")
 @pytest.mark.parametrize("dialect", ["sqlite"], indirect=True)
 def test_a_source_blind_to_other_priorities_is_caught(
     engine: Engine, monkeypatch: pytest.MonkeyPatch

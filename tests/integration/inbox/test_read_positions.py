@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 from inbox.sql import claims as q
-from inbox.sql.ingest import pending_outbox
-from inbox.sql.predicates import point_values
+from inbox.sql.ingest import pending_outbox, pending_parameters
+from inbox.sql.predicates import point_shape, point_values
 from outbox.dialect import dialect_of
 from outbox.dsn import make_engine
 from outbox.schema import inbox_table, outbox_table
@@ -126,8 +126,11 @@ def test_a_take_from_its_position_skips_the_entries_of_sent_rows(
     dialect = dialect_of(taken_behind_a_snapshot)
     now = later()
     with taken_behind_a_snapshot.connect() as conn:
-        head = buffers_of(conn, pending_outbox(outbox_table, ["q"], now, LIMIT, dialect), {})
-        statement = pending_outbox(outbox_table, ["q"], now, LIMIT, dialect, [(1, TAKEN)])
-        positioned = buffers_of(conn, statement, {})
+        head = buffers_of(
+            conn, pending_outbox(outbox_table, dialect), pending_parameters(["q"], now, LIMIT)
+        )
+        points = [(1, TAKEN)]
+        statement = pending_outbox(outbox_table, dialect, point_shape(points))
+        positioned = buffers_of(conn, statement, pending_parameters(["q"], now, LIMIT, points))
     assert head > TAKEN / 100, head
     assert positioned < 50, positioned

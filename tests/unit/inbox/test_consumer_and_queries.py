@@ -128,9 +128,13 @@ def test_every_statement_compiles_with_bound_parameters(dialect: str) -> None:
             statement = item
         compiled = statement.compile(dialect=DIALECTS[dialect])
         assert str(compiled)
-    locked = queries_ingest.pending_outbox(outbox_table, ["jobs"], NOW, 10, seam.by_family(dialect))
-    sql = str(locked.compile(dialect=DIALECTS[dialect]))
-    assert ("SKIP LOCKED" in sql) == (dialect != "sqlite")
+    for shape in ((), (True,), (False, True)):
+        for rest in (False, True) if shape else (False,):
+            locked = queries_ingest.pending_outbox(
+                outbox_table, seam.by_family(dialect), shape, rest
+            )
+            sql = str(locked.compile(dialect=DIALECTS[dialect]))
+            assert ("SKIP LOCKED" in sql) == (dialect != "sqlite")
 
 
 def test_names_are_parameters_never_sql_text() -> None:

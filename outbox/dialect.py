@@ -76,6 +76,10 @@ class Dialect:
     notifies: ClassVar[bool] = False
     #: Row locks (``FOR UPDATE [SKIP LOCKED]``); without them one writer at a time.
     row_locks: ClassVar[bool] = True
+    #: Claims and the database source read from where their last reads left off
+    #: (``inbox.positions``). Measured on PostgreSQL only; MariaDB ran the split reads at a
+    #: third to a half of the speed of one read from the head, so it keeps that.
+    reads_from_positions: ClassVar[bool] = False
     #: Autocommit costs nothing (psycopg switches client-side): single statements that need
     #: no transaction spare the BEGIN, COMMIT and pool-reset round trips.
     cheap_autocommit: ClassVar[bool] = False
@@ -168,6 +172,7 @@ class PostgreSQL(Dialect):
     family = "postgresql"
     async_driver = "postgresql+psycopg_async"
     notifies = True
+    reads_from_positions = True
     cheap_autocommit = True
     relaxed_commit = True
     aware_datetimes = True

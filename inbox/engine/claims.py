@@ -173,7 +173,8 @@ class BatchClaimer(ConsumerPart):
         on the pass that looks for expired claims, and when a read from the positions finds
         nothing after ``look_back`` (see ``inbox.positions``)."""
         with self._positions_lock:
-            points = () if expired else self._positions.points()
+            reads = self.dialect.reads_from_positions and not expired
+            points = self._positions.points() if reads else ()
             look_back = self._look_back.wanted()
         parameters = {"consumer": self.consumer.name, "now": now, "limit": limit}
         shape = point_shape(points)

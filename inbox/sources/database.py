@@ -99,7 +99,7 @@ class DatabaseSource:
         per ``FROM_HEAD_EVERY``, and when a read from the positions finds nothing after a
         wake (a NOTIFY) or, without notifications, ``LOOK_BACK_EVERY`` after the last read
         from the head (see ``inbox.positions``)."""
-        points = self._positions.points()
+        points = self._positions.points() if self.dialect.reads_from_positions else ()
         if self._from_head_due is None or now >= self._from_head_due:
             self._from_head_due = now + FROM_HEAD_EVERY
             points = ()

@@ -75,7 +75,7 @@ def locked_candidates(
     now: BindParameter[Any] = bindparam("now")
     limit = bindparam("limit", type_=Integer)
     ready, *others = candidate_conditions(table, now, expired=expired)
-    parts = point_ranges(t.priority, t.seq, shape)
+    parts = point_ranges(t.priority, t.seq, shape, dialect.family == "postgresql")
     chosen = parts[FIRST_PARTS:] if rest else parts[:FIRST_PARTS]
     conditions = [and_(ready, part) for part in chosen] + ([] if rest else others)
     branches = []

@@ -67,7 +67,7 @@ def pending_outbox(
     costs more than running it. Parameters: ``pending_parameters``."""
     o = outbox.c
     limit = bindparam("limit", type_=Integer)
-    parts = point_ranges(o.priority, o.id, shape)
+    parts = point_ranges(o.priority, o.id, shape, dialect.family == "postgresql")
     branches = [
         # SQLite: BEGIN IMMEDIATE already made us the only writer.
         dialect.skip_locked(

@@ -75,14 +75,19 @@ FIRST_PARTS = 2
 
 
 def point_ranges(
-    priority: ColumnElement[Any], seq: ColumnElement[Any], shape: tuple[bool, ...]
+    priority: ColumnElement[Any],
+    seq: ColumnElement[Any],
+    shape: tuple[bool, ...],
+    row_values: bool = True,
 ) -> tuple[ColumnElement[bool], ...]:
     """A range ordered by (priority, seq) split at positions (``inbox.positions``), one
     index range per part, each read by its own ordered branch: the most urgent known
     priority after its position and the priorities before it (``FIRST_PARTS``), then the
     other known priorities after theirs, and the priorities between and after the known
     ones from their first row (``point_shape``: which of the between-ranges can hold a
-    priority at all). No positions: the whole range. Parameters: p0, after0, p1, ..."""
+    priority at all). No positions: the whole range. ``row_values``: a position as a row
+    comparison (PostgreSQL; MariaDB reads a row comparison as a scan of the whole range).
+    Parameters: p0, after0, p1, ..."""
     if not shape:
         return (true(),)
     k = len(shape)
@@ -94,6 +99,8 @@ def point_ranges(
         # read the primary key from ``after`` (seq is the outbox id) and filter on priority,
         # through every row of the other priorities; this one starts the read of the
         # (..., priority, seq) index at the position, and ends it with the priority.
+        if not row_values:
+            return and_(priority == p[i], seq > after[i])
         return and_(tuple_(priority, seq) > tuple_(p[i], after[i]), priority <= p[i])
 
     parts: list[ColumnElement[bool]] = [from_position(0), priority < p[0]]

@@ -145,6 +145,7 @@ class Model:
     source_last_from_head: datetime | None = None
     source_look_back: bool = True  # the first take; then only a NOTIFY (never here) sets it
     notifies: bool = False  # the database has NOTIFY (PostgreSQL)
+    reads_from_positions: bool = True  # Dialect.reads_from_positions
 
     # --- producer, delivery, time ---------------------------------------------------------
 
@@ -155,7 +156,7 @@ class Model:
         """The database source: the ``limit`` most urgent pending rows, ingested and sent;
         read from the source's positions except once per ``FROM_HEAD_EVERY`` and when that
         read finds nothing (``DatabaseSource._pending``)."""
-        points = dict(self.source_positions.points())
+        points = dict(self.source_positions.points()) if self.reads_from_positions else {}
         if self.source_from_head_due is None or self.now >= self.source_from_head_due:
             self.source_from_head_due = self.now + FROM_HEAD_EVERY
             points = {}
@@ -289,7 +290,9 @@ class Model:
         """Whether the claim passes from now on find ``row`` before the next pass that looks
         for expired claims: a ready row behind the claimer's position only after a
         look-back (``inbox.positions``)."""
-        if row.state != states.READY or self.look_back or self.will_look_for_expired():
+        if not self.reads_from_positions or row.state != states.READY or self.look_back:
+            return True
+        if self.will_look_for_expired():
             return True
         return _past(row.order, dict(self.positions.points()))
 
@@ -345,7 +348,8 @@ class Model:
         busy_locks = set(locked_groups)
         held = set(locked_rows)
         expired = self.looks_for_expired()
-        points = {} if expired else dict(self.positions.points())
+        reads = self.reads_from_positions and not expired
+        points = dict(self.positions.points()) if reads else {}
         look_back = self.look_back
         rows = self.candidates(limit, held, expired=expired, points=points)
         from_start = not points

@@ -175,6 +175,7 @@ class InboxMachine(RuleBasedStateMachine):
         self.policy = m.Policy(on_retry, on_dead, max_attempts, VISIBILITY, batch=batch)
         self.model = m.Model(self.policy, self.clock.now)
         self.model.notifies = dialect_of(self.engine).notifies
+        self.model.reads_from_positions = dialect_of(self.engine).reads_from_positions
         self.jitter = ScriptedJitter()
         self.consumer = Consumer(
             f"c{RUN}_{number}",

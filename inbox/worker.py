@@ -82,6 +82,7 @@ class Worker:
             batch_seconds=self.options.batch_seconds,
         )
         self.runner.calls.check()
+        self.runner.gate.on_ready = self.claimer.look_back
         self.leases = LeaseKeeper(consumer, engine)
         self.inbox = self.claimer.inbox
         self.source_empty = False

@@ -15,6 +15,7 @@ it ran: the message contract's checks (docs/contract.md, rules in ``inbox/contra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -49,6 +50,9 @@ class Gate:
         self.part = part
         self.consumer = part.consumer
         self.schema = part.schema
+        # Called when a deferred change became ready (its seq is old: behind the claimer's
+        # positions, ``inbox.positions``); the worker makes its claimer look back.
+        self.on_ready: Callable[[], None] | None = None
 
     def refused_version(self, row: Any, now: datetime) -> Decided | None:
         accepted = self.consumer.versions_for(row.type)
@@ -96,11 +100,13 @@ class Gate:
 
     def after(self, conn: Connection | Session, row: Any, now: datetime) -> None:
         if row.sequence_key is not None and row.sequence is not None:
-            conn.execute(
+            freed = conn.execute(
                 qc.free_successor(
                     self.schema.inbox, self.consumer.name, row.sequence_key, row.sequence, now
                 )
-            )
+            ).rowcount  # type: ignore[attr-defined]
+            if freed and self.on_ready is not None:
+                self.on_ready()
 
     def _sequence(self, conn: Connection | Session, row: Any, now: datetime) -> Decided | None:
         sequences = self.schema.inbox_sequences

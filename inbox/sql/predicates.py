@@ -86,7 +86,7 @@ def point_ranges(
     other known priorities after theirs, and the priorities between and after the known
     ones from their first row (``point_shape``: which of the between-ranges can hold a
     priority at all). No positions: the whole range. ``row_values``: a position as a row
-    comparison (PostgreSQL; MariaDB reads a row comparison as a scan of the whole range).
+    comparison, for PostgreSQL's planner (see ``from_position``).
     Parameters: p0, after0, p1, ..."""
     if not shape:
         return (true(),)

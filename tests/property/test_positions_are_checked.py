@@ -1,7 +1,8 @@
 """The inbox model catches a claimer that reads its positions wrongly (``inbox.positions``):
 each test switches one part of the rule off on the product's side only and expects the
 machine of ``test_inbox_model`` to see the difference. PostgreSQL: the one database that
-reads from positions (``Dialect.reads_from_positions``)."""
+reads from positions once ``Dialect.reads_from_positions`` is on (off by default: see there);
+the tests turn it on."""
 
 from __future__ import annotations
 
@@ -13,17 +14,32 @@ from sqlalchemy import ColumnElement, Connection, Engine, false
 
 from inbox.engine.claims import BatchClaimer
 from inbox.positions import Seen
+from inbox.settings import Isolation
 from inbox.sql import claims as claim_queries
 from inbox.sql import ingest as ingest_queries
 from inbox.sql import predicates
 from inbox.sql.predicates import point_shape, point_values
-from tests.property.test_inbox_model import FIND_ONLY, _run_machine
+from outbox.dialect import PostgreSQL
+from tests.property.test_inbox_model import FIND_ONLY, SETTINGS, _run_machine
 
 pytestmark = pytest.mark.db
 
 # The machine's comparisons of the database with the model: a pass's claims and what it
 # left, a row's state.
 DIFFERS = r"model expects|differs|\) == \('"
+
+
+@pytest.fixture(autouse=True)
+def reading_from_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(PostgreSQL, "reads_from_positions", True)
+
+
+@pytest.mark.parametrize("dialect", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("isolation", ["savepoint", "rerun"])
+def test_the_inbox_reading_from_positions_behaves_like_the_model(
+    engine: Engine, isolation: Isolation
+) -> None:
+    _run_machine(engine, isolation, SETTINGS)
 
 
 @pytest.fixture

@@ -198,7 +198,10 @@ class BatchClaimer(ConsumerPart):
             self._look_back.want()
 
     def _learn(self, read: Sequence[Any], handled: set[int], from_start: bool, asked: int) -> None:
-        """Move the positions past the ready rows this pass read and dealt with."""
+        """Move the positions past the ready rows this pass read and dealt with (nothing to
+        keep where the database reads from the head every time)."""
+        if not self.dialect.reads_from_positions:
+            return
         ready = [r for r in read if r.state == states.READY]
         seen = (Seen(r.priority, r.seq, r.id in handled) for r in ready)
         with self._positions_lock:

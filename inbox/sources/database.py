@@ -86,8 +86,9 @@ class DatabaseSource:
             result = target.within(conn, [envelope_from_row(r._mapping) for r in rows])
             conn.execute(queries.mark_outbox_sent(outbox, [r.id for r in rows], now))
         # Learnt after the commit: a rolled-back take leaves its rows pending for the next.
-        seen = (Seen(r.priority, r.id) for r in rows)
-        self._positions.learn(seen, from_start=from_start, full=len(rows) >= limit)
+        if self.dialect.reads_from_positions:
+            seen = (Seen(r.priority, r.id) for r in rows)
+            self._positions.learn(seen, from_start=from_start, full=len(rows) >= limit)
         if target.on_ingested is not None:
             target.on_ingested(result)
         return len(rows)

@@ -59,21 +59,7 @@ def test_a_read_blind_to_other_priorities_is_caught(
 ) -> None:
     """A read from positions that leaves out the priorities it has no position for: a
     more urgent message waits behind the known ones."""
-    original = predicates.point_ranges
-
-    def known_only(
-        priority: ColumnElement[Any],
-        seq: ColumnElement[Any],
-        shape: tuple[bool, ...],
-        row_values: bool = True,
-    ) -> tuple[ColumnElement[bool], ...]:
-        parts = list(original(priority, seq, shape, row_values))
-        if shape:  # [first position, before it, other positions..., the rest]: see there
-            positions = {0, *range(2, len(shape) + 1)}
-            parts = [part if i in positions else false() for i, part in enumerate(parts)]
-        return tuple(parts)
-
-    monkeypatch.setattr(claim_queries, "point_ranges", known_only)
+    monkeypatch.setattr(claim_queries, "point_ranges", _known_only)
     with pytest.raises(AssertionError, match=DIFFERS):
         _run_machine(engine, "savepoint", FIND_ONLY)
 
@@ -131,21 +117,21 @@ def test_a_source_blind_to_other_priorities_is_caught(
 ) -> None:
     """The database source reading only the priorities it has positions for: a more urgent
     outbox row stays pending behind the known ones."""
-    original = predicates.point_ranges
-
-    def known_only(
-        priority: ColumnElement[Any],
-        seq: ColumnElement[Any],
-        shape: tuple[bool, ...],
-        row_values: bool = True,
-    ) -> tuple[ColumnElement[bool], ...]:
-        parts = list(original(priority, seq, shape, row_values))
-        if shape:  # [first position, before it, other positions..., the rest]: see there
-            positions = {0, *range(2, len(shape) + 1)}
-            parts = [part if i in positions else false() for i, part in enumerate(parts)]
-        return tuple(parts)
-
-    monkeypatch.setattr(ingest_queries, "point_ranges", known_only)
+    monkeypatch.setattr(ingest_queries, "point_ranges", _known_only)
     # The take's count, or the pending rows, differ from the model's.
     with pytest.raises(AssertionError, match=r"assert \d+ == \d+|pending"):
         _run_machine(engine, "savepoint", FIND_ONLY)
+
+
+def _known_only(
+    priority: ColumnElement[Any],
+    seq: ColumnElement[Any],
+    shape: tuple[bool, ...],
+    row_values: bool = True,
+) -> tuple[ColumnElement[bool], ...]:
+    """``predicates.point_ranges`` with only the known priorities' parts left."""
+    parts = list(predicates.point_ranges(priority, seq, shape, row_values))
+    if shape:  # [first position, before it, other positions..., the rest]: see there
+        positions = {0, *range(2, len(shape) + 1)}
+        parts = [part if i in positions else false() for i, part in enumerate(parts)]
+    return tuple(parts)

@@ -21,6 +21,7 @@ from inbox.consumer import Consumer
 from inbox.engine.part import ConsumerPart
 from inbox.sql import contract as queries_contract
 from inbox.sql import ingest as queries_ingest
+from inbox.sql.ingest import UNKNOWN_TYPE
 from outbox import states
 from outbox.clock import utcnow
 from outbox.serialization import DEFAULT_SERIALIZER, serialize
@@ -70,13 +71,17 @@ class InboxIngest(ConsumerPart):
                 rowcount = conn.execute(queries_ingest.ingest_mysql(self.inbox), batch).rowcount
                 duplicates += rowcount - len(batch)
                 inserted += len(batch) - (rowcount - len(batch))
+                continue
+            if dialect.json_recordsets:
+                parameters = {"rows": queries_ingest.as_recordset(batch)}
+                statement = queries_ingest.ingest_recordset(self.inbox)
+                returned = conn.execute(statement, parameters).all()
             else:
-                returned = conn.execute(
-                    queries_ingest.ingest_returning(dialect, self.inbox), batch
-                ).all()
-                fresh = sum(1 for r in returned if r.duplicates == 0)
-                inserted += fresh
-                duplicates += len(returned) - fresh
+                statement = queries_ingest.ingest_returning(dialect, self.inbox)
+                returned = conn.execute(statement, batch).all()
+            fresh = sum(1 for r in returned if r.duplicates == 0)
+            inserted += fresh
+            duplicates += len(returned) - fresh
         keys = [r["sequence_key"] for r in rows if r["sequence_key"] is not None]
         if keys:  # each key's counter of applied numbers, at 0 the first time
             conn.execute(
@@ -120,10 +125,7 @@ class InboxIngest(ConsumerPart):
         if self.consumer.handler_for(message.type) is None:
             row["state"] = states.FAILED
             row["finished_at"] = now
-            row["last_error"] = (
-                f"unknown message type {message.type!r}: consumer {self.consumer.name!r} "
-                "has no handler for it"
-            )
+            row["last_error"] = unknown_type_reason(self.consumer, message.type)
         return row
 
     def _rejected_row(self, message: Rejected, now: datetime) -> dict[str, Any]:
@@ -165,6 +167,19 @@ class InboxIngest(ConsumerPart):
             "sequence": None,
             "schema_version": None,
         }
+
+
+def unknown_type_reason(consumer: Consumer, message_type: str) -> str:
+    """Why a message that no handler of ``consumer`` takes is stored failed. The type is
+    quoted as an SQL literal, the one quoting that the database source's one-statement take
+    (``inbox.sql.ingest.take_into_inbox``) writes the same."""
+    quoted = "'" + message_type.replace("'", "''") + "'"
+    return UNKNOWN_TYPE + quoted + unknown_type_suffix(consumer)
+
+
+def unknown_type_suffix(consumer: Consumer) -> str:
+    """What follows the type in ``unknown_type_reason``."""
+    return f": consumer {consumer.name!r} has no handler for it"
 
 
 def wake_payload(consumer: Consumer) -> str:

@@ -98,6 +98,13 @@ class Dialect:
     #: Array parameters (``= ANY(:ids)``): one statement text for any number of values,
     #: where an ``IN`` list is expanded into one parameter per value on every call.
     arrays: ClassVar[bool] = False
+    #: A statement's ``WITH`` may hold ``INSERT``/``UPDATE ... RETURNING`` (data-modifying
+    #: CTEs): reading, moving and marking rows can be one statement run by the server.
+    writable_ctes: ClassVar[bool] = False
+    #: Many rows can travel as ONE JSON array parameter (``jsonb_to_recordset``): a
+    #: multi-row ``VALUES`` takes a parameter per column and row, which the driver parses
+    #: again on every call.
+    json_recordsets: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<dialect {self.family}>"
@@ -178,6 +185,8 @@ class PostgreSQL(Dialect):
     relaxed_commit = True
     aware_datetimes = True
     arrays = True
+    writable_ctes = True
+    json_recordsets = True
 
     def insert(self, table: Table) -> Any:
         return postgresql.insert(table)

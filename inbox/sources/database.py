@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Table
 
-from inbox.ingest import InboxIngest
+from inbox.ingest import InboxIngest, IngestResult, unknown_type_suffix, wake_payload
 from inbox.positions import LookBack, ScanPositions, Seen
 from inbox.sql import ingest as queries
 from inbox.sql.predicates import point_shape, settled
@@ -51,6 +51,7 @@ class DatabaseSource:
     ) -> None:
         self.engine = engine
         self.dialect = dialect_of(engine)
+        self._single = self.dialect.reader(engine)  # a take in one statement needs no BEGIN
         self.queues = list(queues)
         self.clock = clock
         # Set by the worker's listener on a NOTIFY; polled otherwise.
@@ -77,6 +78,8 @@ class DatabaseSource:
         return 0
 
     def _take(self, target: InboxIngest, limit: int) -> int:
+        if self.dialect.writable_ctes and not self.dialect.reads_from_positions:
+            return self._take_in_database(target, limit)
         outbox = schema_for(target.consumer.config).outbox
         with self.engine.begin() as conn:
             now = self.clock()
@@ -92,6 +95,31 @@ class DatabaseSource:
         if target.on_ingested is not None:
             target.on_ingested(result)
         return len(rows)
+
+    def _take_in_database(self, target: InboxIngest, limit: int) -> int:
+        """The take as one statement that the server runs (``queries.take_into_inbox``):
+        the rows never come to this process. One statement is its own transaction."""
+        consumer = target.consumer
+        schema = schema_for(consumer.config)
+        statement = queries.take_into_inbox(schema.outbox, schema.inbox, schema.inbox_sequences)
+        parameters = queries.take_parameters(
+            self.queues,
+            self.clock(),
+            limit,
+            consumer.name,
+            consumer.types,
+            unknown_type_suffix(consumer),
+            consumer.config.notify_channel,
+            wake_payload(consumer),
+        )
+        with self._single.connect() as conn:
+            row = conn.execute(statement, parameters).one()
+        taken = int(row.taken)
+        if taken and target.on_ingested is not None:
+            target.on_ingested(
+                IngestResult(int(row.inserted), int(row.duplicates), int(row.failed))
+            )
+        return taken
 
     def _pending(
         self, conn: Connection, outbox: Table, now: datetime, limit: int

@@ -39,6 +39,7 @@ from inbox.consumer import Consumer
 from inbox.engine.heads import HeadPass
 from inbox.sql import heads as inbox_queries
 from outbox import migrate, states
+from outbox.dialect import dialect_of
 from outbox.dsn import make_engine
 from outbox.schema import schema_for
 
@@ -220,7 +221,8 @@ def expected_from_b(
 
 def heads_of(engine: Engine, groups: Sequence[str]) -> list[int]:
     """The waiting heads of ``groups``, by the statement the marked pass reads them with."""
-    statement = inbox_queries.waiting_heads_among(schema_for().inbox, False)
+    arrays = dialect_of(engine).arrays
+    statement = inbox_queries.waiting_heads_among(schema_for().inbox, False, arrays=arrays)
     parameters = {"consumer": CONSUMER, "now": datetime.now(UTC), "groups": sorted(groups)}
     with engine.connect() as conn:
         return [int(r.id) for r in conn.execute(statement, parameters)] if groups else []

@@ -23,6 +23,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    any_,
     bindparam,
     cast,
     column,
@@ -35,6 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect as SQLAlchemyDialect
 from sqlalchemy.sql.dml import Delete, Update
+from sqlalchemy.types import TypeEngine
 
 from outbox.dialect import POSTGRESQL, SQLITE, Dialect
 
@@ -231,6 +233,30 @@ def per_row(column: ColumnElement[Any]) -> ColumnElement[Any]:
     for a statement that touches a batch of rows.
     """
     return func.coalesce(column, column)
+
+
+def one_of(
+    column: ColumnElement[Any],
+    name: str,
+    *,
+    arrays: bool,
+    item_type: TypeEngine[Any] | None = None,
+) -> ColumnElement[bool]:
+    """``column`` equal to one of the values of the list parameter ``name``.
+
+    ``arrays`` (``Dialect.arrays``, PostgreSQL): the list goes as ONE array parameter,
+    ``column = ANY(:name)``, of ``item_type`` (by default the column's). The statement's text is
+    then the same for any number of values: SQLAlchemy expands nothing per call, psycopg's
+    cache of converted queries keeps it (it skips statements of more than 50 parameters) and
+    the server prepares one statement, not one per batch size. Elsewhere an expanding ``IN``,
+    one parameter per value. Either way the value is a Python list, and an empty one matches
+    no row. With an id list, the plan is the same primary-key read as for the ``IN`` list
+    (which PostgreSQL itself turns into ``= ANY``); keep the state checks ``per_row``.
+    """
+    if arrays:
+        array = postgresql.ARRAY(column.type if item_type is None else item_type)
+        return column == any_(bindparam(name, type_=array))
+    return column.in_(bindparam(name, expanding=True))
 
 
 def message_columns(table: Table) -> list[Any]:

@@ -13,13 +13,10 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
-    ColumnElement,
     Select,
     Table,
     TextClause,
     and_,
-    any_,
     bindparam,
     exists,
     literal,
@@ -28,11 +25,10 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Update
 
 from outbox import states
-from outbox.queries import message_columns, per_row
+from outbox.queries import message_columns, one_of, per_row
 
 
 @lru_cache(maxsize=64)
@@ -116,18 +112,11 @@ def mark_sent(table: Table, *, arrays: bool) -> Update:
     """Confirmed by the broker. Conditional on ``pending``: a row an operator touched meanwhile
     keeps the operator's state. Parameters: ``ids``, ``now``.
 
-    ``arrays`` (PostgreSQL): the ids go as one array parameter (``id = ANY(:ids)``), so the
-    statement's text is the same for every batch size and nothing is expanded per call;
-    elsewhere an expanding ``IN``.
+    ``arrays`` (PostgreSQL): the ids go as one array parameter (``outbox.queries.one_of``).
     """
-    ids: ColumnElement[bool]
-    if arrays:
-        ids = table.c.id == any_(bindparam("ids", type_=postgresql.ARRAY(BigInteger())))
-    else:
-        ids = table.c.id.in_(bindparam("ids", expanding=True))
     return (
         update(table)
-        .where(ids, per_row(table.c.status) == states.PENDING)
+        .where(one_of(table.c.id, "ids", arrays=arrays), per_row(table.c.status) == states.PENDING)
         .values(status=states.SENT, sent_at=bindparam("now", type_=table.c.sent_at.type))
     )
 

@@ -147,7 +147,10 @@ class BatchClaimer(ConsumerPart):
                 waiting, decided = chosen.waiting, chosen.decided
                 claims = self._update(conn, fresh, resumed, now) if fresh or resumed else []
                 if waiting:
-                    conn.execute(q.mark_waiting_many(self.inbox), {"ids": waiting, "now": now})
+                    conn.execute(
+                        q.mark_waiting_many(self.inbox, arrays=self.dialect.arrays),
+                        {"ids": waiting, "now": now},
+                    )
                     # Seen busy, the group's runner may have finished since (committed
                     # after our read): the head pass must look, whatever it saw before.
                     mark_groups(conn, self.groups, self.consumer.name, chosen.waited)
@@ -242,7 +245,8 @@ class BatchClaimer(ConsumerPart):
         if heads and self.dialect.row_locks:
             # A head that was not our candidate may be row-locked by another claimer right
             # now: skip it rather than wait (see ``inbox.sql.claims.lock_rows``).
-            got = set(conn.execute(q.lock_rows(self.inbox), {"ids": heads}).scalars())
+            locking = q.lock_rows(self.inbox, arrays=self.dialect.arrays)
+            got = set(conn.execute(locking, {"ids": heads}).scalars())
             chosen.fresh = [i for i in chosen.fresh if i not in heads or i in got]
         return chosen
 
@@ -288,7 +292,7 @@ class BatchClaimer(ConsumerPart):
         lease = now + timedelta(seconds=self.consumer.visibility_timeout)
         ids = [*fresh, *resumed]
         result = conn.execute(
-            q.claim_many(self.inbox, self.dialect.returning),
+            q.claim_many(self.inbox, self.dialect.returning, arrays=self.dialect.arrays),
             {
                 "ids": ids,
                 "fresh": list(fresh),
@@ -301,7 +305,7 @@ class BatchClaimer(ConsumerPart):
         if self.dialect.returning:
             rows = result.all()
         elif result.rowcount:
-            loaded = q.load_claimed(self.inbox)
+            loaded = q.load_claimed(self.inbox, arrays=self.dialect.arrays)
             rows = conn.execute(loaded, {"ids": ids, "token": token}).all()
         else:
             rows = []

@@ -188,7 +188,9 @@ class HeadPass(ConsumerPart):
                 return promoted
             after = names[-1]
             try:
-                statement = queries.waiting_heads_among(self.inbox, self.skip_retry)
+                statement = queries.waiting_heads_among(
+                    self.inbox, self.skip_retry, arrays=self.dialect.arrays
+                )
                 parameters = {"consumer": self.consumer.name, "now": self.clock(), "groups": names}
                 with self._reader.connect() as conn:
                     heads = conn.execute(statement, parameters).all()
@@ -207,7 +209,7 @@ class HeadPass(ConsumerPart):
             names = [str(n) for n in conn.execute(statement, parameters).scalars()]
             if names:
                 conn.execute(
-                    queries_groups.clear(self.groups),
+                    queries_groups.clear(self.groups, arrays=self.dialect.arrays),
                     {"of_consumer": self.consumer.name, "groups": names},
                 )
         return names

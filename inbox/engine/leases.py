@@ -57,9 +57,10 @@ class LeaseKeeper(ConsumerPart):
             return 0
         lease = self.clock() + timedelta(seconds=self.consumer.visibility_timeout)
         tokens = list(set(held.values()))
+        statement = q.renew_leases(self.inbox, arrays=self.dialect.arrays)
         with self.engine.begin() as conn:
             parameters = {"ids": list(held), "tokens": tokens, "lease_until": lease}
-            return int(conn.execute(q.renew_leases(self.inbox), parameters).rowcount)
+            return int(conn.execute(statement, parameters).rowcount)
 
     def run(self, stop: threading.Event) -> None:
         """The heartbeat thread's loop, until ``stop``.

@@ -286,7 +286,8 @@ class BatchRunner(ConsumerPart):
         for token, claims in by_token.items():
             ids = [c.row_id for c in claims]
             changed = session.execute(
-                q.finish_done_many(self.inbox), {"ids": ids, "token": token, "now": now}
+                q.finish_done_many(self.inbox, arrays=self.dialect.arrays),
+                {"ids": ids, "token": token, "now": now},
             )
             if changed.rowcount != len(ids):  # type: ignore[attr-defined]
                 return None
@@ -326,7 +327,10 @@ class BatchRunner(ConsumerPart):
             by_token.setdefault(claim.token, []).append(claim.row_id)
         with self.engine.connect() as conn:
             for token, ids in by_token.items():
-                found = conn.execute(q.still_held(self.inbox), {"ids": ids, "token": token})
+                found = conn.execute(
+                    q.still_held(self.inbox, arrays=self.dialect.arrays),
+                    {"ids": ids, "token": token},
+                )
                 held.update(found.scalars())
         return held
 

@@ -3,8 +3,10 @@
 Same rules as ``inbox/sql/heads.py``, whose predicates it reuses; each statement here handles a
 whole batch, so a batch of N messages costs a fixed number of round trips, not N times one.
 The statements a batch runs every time are built once (``lru_cache``) with named parameters:
-building a SQLAlchemy statement costs more than running it. Lists go in as expanding ``IN``
-parameters, so each compiles once.
+building a SQLAlchemy statement costs more than running it. Lists go in as list parameters
+(``outbox.queries.one_of``), so each statement compiles once: on PostgreSQL (``arrays``) one
+array parameter, ``= ANY(:ids)``, whose text is the same for every batch size; elsewhere an
+expanding ``IN``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from inbox.sql.predicates import (
 )
 from outbox import states
 from outbox.dialect import Dialect
-from outbox.queries import per_row
+from outbox.queries import one_of, per_row
 
 # The kinds of row ``group_views`` returns.
 BUSY = "busy"
@@ -94,16 +96,12 @@ def locked_candidates(
 
 
 @lru_cache(maxsize=64)
-def lock_rows(table: Table) -> Select[Any]:
+def lock_rows(table: Table, *, arrays: bool) -> Select[Any]:
     """Row locks on group heads (``ids``) that were not among our candidates; a row another
     claimer holds is skipped (never waited for: two claimers each waiting on the other's row
     would deadlock). SQLite never calls this."""
     t = table.c
-    return (
-        select(t.id)
-        .where(t.id.in_(bindparam("ids", expanding=True)))
-        .with_for_update(skip_locked=True)
-    )
+    return select(t.id).where(one_of(t.id, "ids", arrays=arrays)).with_for_update(skip_locked=True)
 
 
 @lru_cache(maxsize=64)
@@ -163,11 +161,11 @@ def group_views(
 def _group_views_pg(
     inbox: Table, outbox: Table | None, skip_retry: SkipRetry, broker: bool
 ) -> Select[Any]:
-    """``group_views`` on PostgreSQL: for each name of ``groups`` (an array), LATERAL reads of
-    that one group: index seeks of ``ix_inbox_group`` and ``ix_outbox_group`` that stop at
-    the group's first row in line. The portable form ranks every unfinished row of all the
-    groups at once, and the planner, misled by the IN list, may read the consumer's whole
-    unfinished set for it."""
+    """``group_views`` on PostgreSQL (``groups`` and ``queues`` are arrays): for each name of
+    ``groups``, LATERAL reads of that one group: index seeks of ``ix_inbox_group`` and
+    ``ix_outbox_group`` that stop at the group's first row in line. The portable form ranks
+    every unfinished row of all the groups at once, and the planner, misled by the IN list,
+    may read the consumer's whole unfinished set for it."""
     t = inbox.c
     now: BindParameter[Any] = bindparam("now")
     consumer: BindParameter[Any] = bindparam("consumer")
@@ -219,7 +217,7 @@ def _group_views_pg(
         first = (
             select(o.id, o.priority, o.id.label("seq"))
             .where(
-                o.queue.in_(bindparam("queues", expanding=True)),
+                one_of(o.queue, "queues", arrays=True),
                 o.serial_group == g_outbox.c.name,
                 _undelivered(outbox, inbox, broker),
             )
@@ -285,7 +283,7 @@ def _outbox_heads(outbox: Table, inbox: Table, broker: bool) -> Select[Any]:
 
 
 @lru_cache(maxsize=64)
-def claim_many(table: Table, returning: bool) -> Update:
+def claim_many(table: Table, returning: bool, *, arrays: bool) -> Update:
     """``queries.claim`` for a whole batch: each row only while still in the state its check
     was made for (``fresh``: ready, waiting or a due retry; ``resumed``: an expired claim).
     One token for the pass; every later change names (id, token), so a claim stays one
@@ -297,13 +295,10 @@ def claim_many(table: Table, returning: bool) -> Update:
     # its way through the table for the OR); ``claimable`` checks the state per row, so that
     # PostgreSQL does not read ix_inbox_claim's entries of every ready row for it.
     condition = and_(
-        t.id.in_(bindparam("ids", expanding=True)),
+        one_of(t.id, "ids", arrays=arrays),
         or_(
-            and_(t.id.in_(bindparam("fresh", expanding=True)), claimable(table, now)),
-            and_(
-                t.id.in_(bindparam("resumed", expanding=True)),
-                claimable(table, now, resumed=True),
-            ),
+            and_(one_of(t.id, "fresh", arrays=arrays), claimable(table, now)),
+            and_(one_of(t.id, "resumed", arrays=arrays), claimable(table, now, resumed=True)),
         ),
     )
     stmt = (
@@ -321,14 +316,14 @@ def claim_many(table: Table, returning: bool) -> Update:
 
 
 @lru_cache(maxsize=64)
-def load_claimed(table: Table) -> Select[Any]:
+def load_claimed(table: Table, *, arrays: bool) -> Select[Any]:
     """MariaDB/MySQL (no UPDATE ... RETURNING): which of ``ids`` this pass claimed
     (``token``)."""
-    return select(*loaded_columns(table)).where(_held(table))
+    return select(*loaded_columns(table)).where(_held(table, arrays))
 
 
 @lru_cache(maxsize=64)
-def mark_waiting_many(table: Table) -> Update:
+def mark_waiting_many(table: Table, *, arrays: bool) -> Update:
     """Parameters: ids, now."""
     t = table.c
     now: BindParameter[Any] = bindparam("now")
@@ -336,50 +331,50 @@ def mark_waiting_many(table: Table) -> Update:
     return (
         update(table)
         .where(
-            t.id.in_(bindparam("ids", expanding=True)),
+            one_of(t.id, "ids", arrays=arrays),
             or_(state == states.READY, and_(state.in_(DUE_STATES), t.available_at <= now)),
         )
         .values(state=states.WAITING)
     )
 
 
-def _held(table: Table) -> ColumnElement[bool]:
+def _held(table: Table, arrays: bool) -> ColumnElement[bool]:
     """The token fence of ``queries._fenced`` for the rows ``ids`` of one claim pass
     (``token``)."""
     t = table.c
     return and_(
-        t.id.in_(bindparam("ids", expanding=True)),
+        one_of(t.id, "ids", arrays=arrays),
         t.claim_token == bindparam("token"),
         per_row(t.state) == states.PROCESSING,
     )
 
 
 @lru_cache(maxsize=64)
-def finish_done_many(table: Table) -> Update:
+def finish_done_many(table: Table, *, arrays: bool) -> Update:
     """Parameters: ids, token, now."""
     return (
         update(table)
-        .where(_held(table))
+        .where(_held(table, arrays))
         .values(state=states.DONE, finished_at=bindparam("now"), lease_until=None, last_error=None)
     )
 
 
 @lru_cache(maxsize=64)
-def still_held(table: Table) -> Select[Any]:
+def still_held(table: Table, *, arrays: bool) -> Select[Any]:
     """Parameters: ids, token."""
-    return select(table.c.id).where(_held(table))
+    return select(table.c.id).where(_held(table, arrays))
 
 
 @lru_cache(maxsize=64)
-def renew_leases(table: Table) -> Update:
+def renew_leases(table: Table, *, arrays: bool) -> Update:
     """Every claim a worker holds (``ids``, ``tokens``), in one statement (a row taken back
     by another worker has a token not among ours). Parameters: ids, tokens, lease_until."""
     t = table.c
     return (
         update(table)
         .where(
-            t.id.in_(bindparam("ids", expanding=True)),
-            t.claim_token.in_(bindparam("tokens", expanding=True)),
+            one_of(t.id, "ids", arrays=arrays),
+            one_of(t.claim_token, "tokens", arrays=arrays),
             per_row(t.state) == states.PROCESSING,
         )
         .values(lease_until=bindparam("lease_until"))

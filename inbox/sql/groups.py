@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Insert, Integer, Select, Table, Update, bindparam, select, true, update
 
 from outbox.dialect import Dialect
+from outbox.queries import one_of
 
 
 @lru_cache(maxsize=16)
@@ -48,15 +49,16 @@ def to_check(table: Table, dialect: Dialect, first: bool) -> Select[Any]:
 
 
 @lru_cache(maxsize=16)
-def clear(table: Table) -> Update:
-    """Parameters: of_consumer, groups (a list). (Not ``consumer``: in an UPDATE a
-    parameter named as a column is taken for that column's new value.)"""
+def clear(table: Table, *, arrays: bool) -> Update:
+    """Parameters: of_consumer, groups (a list: one array with ``arrays``, see
+    ``outbox.queries.one_of``). (Not ``consumer``: in an UPDATE a parameter named as a column
+    is taken for that column's new value.)"""
     t = table.c
     return (
         update(table)
         .where(
             t.consumer == bindparam("of_consumer"),
-            t.serial_group.in_(bindparam("groups", expanding=True)),
+            one_of(t.serial_group, "groups", arrays=arrays),
         )
         .values(needs_check=False)
     )

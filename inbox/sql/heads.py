@@ -13,7 +13,6 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
-    BindParameter,
     ColumnElement,
     Select,
     Table,
@@ -37,6 +36,7 @@ from inbox.sql.predicates import (
 )
 from outbox import states
 from outbox.dialect import POSTGRESQL
+from outbox.queries import one_of
 
 
 def notify(channel: str, payload: str) -> Select[Any]:
@@ -179,21 +179,17 @@ def waiting_heads(
 ) -> Select[Any]:
     """Groups whose head is WAITING and nothing of the group is processing or halted; with
     ``groups``, among those groups only. See ``_waiting_heads``."""
-    among = None if groups is None else list(groups)
+    t = table.c
+    among = t.serial_group.is_not(None) if groups is None else t.serial_group.in_(list(groups))
     return _waiting_heads(table, consumer, now, skip_retry, among)
 
 
 @lru_cache(maxsize=64)
-def waiting_heads_among(table: Table, skip_retry: SkipRetry) -> Select[Any]:
+def waiting_heads_among(table: Table, skip_retry: SkipRetry, *, arrays: bool) -> Select[Any]:
     """``waiting_heads`` among ``groups`` (the marked pass), built once: parameters consumer,
-    now, groups (a list)."""
-    return _waiting_heads(
-        table,
-        bindparam("consumer"),
-        bindparam("now"),
-        skip_retry,
-        bindparam("groups", expanding=True),
-    )
+    now, groups (a list; one array with ``arrays``, see ``outbox.queries.one_of``)."""
+    among = one_of(table.c.serial_group, "groups", arrays=arrays)
+    return _waiting_heads(table, bindparam("consumer"), bindparam("now"), skip_retry, among)
 
 
 def _waiting_heads(
@@ -201,7 +197,7 @@ def _waiting_heads(
     consumer: Any,
     now: Any,
     skip_retry: SkipRetry,
-    groups: list[str] | BindParameter[Any] | None,
+    among: ColumnElement[bool],
 ) -> Select[Any]:
     """Groups whose head is WAITING and nothing of the group is processing or halted.
 
@@ -223,9 +219,6 @@ def _waiting_heads(
         )
     # One branch per state, each an equality on (consumer, state): MariaDB reads an IN list
     # on the index's second column as a ref on consumer alone, i.e. the whole history.
-    among: ColumnElement[bool] = (
-        t.serial_group.is_not(None) if groups is None else t.serial_group.in_(groups)
-    )
     in_line = union_all(
         *(
             select(t.id, t.serial_group, t.state, t.priority, t.seq).where(

@@ -678,7 +678,7 @@ def test_done_marks_without_the_token_fence_are_caught(
     """G9: a worker whose claims were taken back finishes late; without the token in the
     done marks its effect commits beside the new holder's."""
 
-    def unfenced(table: Table) -> Any:
+    def unfenced(table: Table, *, arrays: bool) -> Any:
         t = table.c
         return (
             update(table)

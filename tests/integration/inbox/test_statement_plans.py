@@ -97,14 +97,17 @@ def statements() -> dict[str, tuple[Any, dict[str, Any]]]:
         inbox_table, IDS[0], TOKEN, state="retry", available_at=now, last_error="x", now=now
     )
     return {
-        "claim_many": (q.claim_many(inbox_table, True), held | claim),
-        "still_held": (q.still_held(inbox_table), held),
-        "finish_done_many": (q.finish_done_many(inbox_table), held | {"now": now}),
+        "claim_many": (q.claim_many(inbox_table, True, arrays=True), held | claim),
+        "still_held": (q.still_held(inbox_table, arrays=True), held),
+        "finish_done_many": (q.finish_done_many(inbox_table, arrays=True), held | {"now": now}),
         "renew_leases": (
-            q.renew_leases(inbox_table),
+            q.renew_leases(inbox_table, arrays=True),
             {"ids": IDS, "tokens": [TOKEN], "lease_until": now},
         ),
-        "mark_waiting_many": (q.mark_waiting_many(inbox_table), {"ids": IDS, "now": now}),
+        "mark_waiting_many": (
+            q.mark_waiting_many(inbox_table, arrays=True),
+            {"ids": IDS, "now": now},
+        ),
         "finish_failed": (failed, {}),
         "relay mark_sent": (
             relay_queries.mark_sent(outbox_table, arrays=True),

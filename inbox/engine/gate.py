@@ -15,8 +15,8 @@ it ran: the message contract's checks (docs/contract.md, rules in ``inbox/contra
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -74,13 +74,65 @@ class Gate:
             ),
         )
 
-    def before(self, conn: Connection | Session, row: Any, now: datetime) -> Decided | None:
+    def reserve(self, conn: Connection | Session, rows: Sequence[Any], now: datetime) -> Reserved:
+        """The effect keys of a transaction's messages taken in ONE insert before any of
+        them runs, rather than one insert before each handler. Only the first message of
+        each key, and only messages without a sequence key (whose number is checked before
+        their key may be taken); the others take theirs in ``before`` as they come. Where
+        INSERT has no RETURNING (MariaDB) nothing is reserved: the rows inserted could not be
+        told from the rows a past run of the same event left."""
+        reserved = Reserved()
+        if not self.part.dialect.returning:
+            return reserved
+        first: dict[str, Any] = {}
+        for row in rows:
+            if row.effect_key is not None and row.sequence_key is None:
+                first.setdefault(row.effect_key, row)
+        if not first:
+            return reserved
+        values = [
+            {
+                "consumer": self.consumer.name,
+                "effect_key": key,
+                "event_id": first[key].event_id,
+                "applied_at": now,
+            }
+            for key in sorted(first)
+        ]
+        statement = qc.record_effects(self.part.dialect, self.schema.effects)
+        ours = set(conn.execute(statement, values).scalars())
+        for key, row in first.items():
+            (reserved.ours if key in ours else reserved.taken).add(row.id)
+        return reserved
+
+    def release(self, conn: Connection | Session, row: Any, reserved: Reserved) -> None:
+        """A reserved message that will not commit its effect in this transaction (its
+        handler failed in its own savepoint, or it runs in the batch's next transaction):
+        its key is free again, as if ``before`` had never taken it."""
+        if row.id not in reserved.ours:
+            return
+        reserved.ours.discard(row.id)
+        key = {"consumer": self.consumer.name, "effect_key": row.effect_key}
+        conn.execute(qc.forget_effect(self.schema.effects), {**key, "event_id": row.event_id})
+
+    def before(
+        self,
+        conn: Connection | Session,
+        row: Any,
+        now: datetime,
+        reserved: Reserved | None = None,
+    ) -> Decided | None:
         """None: the handler may run (the number and the effect key are now this
-        transaction's). Else what the row becomes instead."""
+        transaction's). Else what the row becomes instead. ``reserved``: what ``reserve``
+        took for this transaction."""
         if row.sequence_key is not None and row.sequence is not None:
             decided = self._sequence(conn, row, now)
             if decided is not None:
                 return decided
+        if reserved is not None and row.id in reserved.ours:
+            return None
+        if reserved is not None and row.id in reserved.taken:
+            return Decided(states.DONE, contract.DUPLICATE_EFFECT, now)
         if row.effect_key is not None:
             taken = conn.execute(
                 qc.record_effect(
@@ -98,15 +150,20 @@ class Gate:
                 return Decided(states.DONE, contract.DUPLICATE_EFFECT, now)
         return None
 
-    def after(self, conn: Connection | Session, row: Any, now: datetime) -> None:
-        if row.sequence_key is not None and row.sequence is not None:
-            freed = conn.execute(
-                qc.free_successor(
-                    self.schema.inbox, self.consumer.name, row.sequence_key, row.sequence, now
-                )
-            ).rowcount  # type: ignore[attr-defined]
-            if freed and self.on_ready is not None:
-                self.on_ready()
+    def after(self, conn: Connection | Session, rows: Sequence[Any], now: datetime) -> None:
+        """Free the deferred successor of every change of ``rows`` (applied, or a duplicate
+        effect), in one statement."""
+        successors = [
+            (r.sequence_key, r.sequence + 1)
+            for r in rows
+            if r.sequence_key is not None and r.sequence is not None
+        ]
+        if not successors:
+            return
+        parameters = {"of_consumer": self.consumer.name, "successors": successors, "freed_at": now}
+        freed = conn.execute(qc.free_successors(self.schema.inbox), parameters).rowcount  # type: ignore[attr-defined]
+        if freed and self.on_ready is not None:
+            self.on_ready()
 
     def _sequence(self, conn: Connection | Session, row: Any, now: datetime) -> Decided | None:
         sequences = self.schema.inbox_sequences
@@ -150,9 +207,19 @@ class Gate:
 
     def _advance(self, conn: Connection | Session, key: str, number: int) -> bool:
         changed = conn.execute(
-            qc.advance(self.schema.inbox_sequences, self.consumer.name, key, number)
+            qc.advance(self.schema.inbox_sequences),
+            qc.advance_parameters(self.consumer.name, key, number),
         ).rowcount  # type: ignore[attr-defined]
         return bool(changed == 1)
+
+
+@dataclass
+class Reserved:
+    """What ``Gate.reserve`` did for one transaction: the rows (by id) whose effect key it
+    took for them, and those whose key was recorded already (duplicates)."""
+
+    ours: set[int] = field(default_factory=set)
+    taken: set[int] = field(default_factory=set)
 
 
 def _key(consumer: str, key: str) -> dict[str, Any]:

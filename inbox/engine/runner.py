@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from inbox.consumer import Consumer, Handler
 from inbox.engine.claims import Claim
-from inbox.engine.gate import Decided, Gate
+from inbox.engine.gate import Decided, Gate, Reserved
 from inbox.engine.handler_calls import HandlerCalls
 from inbox.engine.marks import mark_groups
 from inbox.engine.outcomes import (
@@ -224,12 +224,18 @@ class BatchRunner(ConsumerPart):
         ran: list[Claim] = []
         decided: list[Gated] = []
         raised: list[Failed] = []
+        # The batch's effect keys in one statement; a rollback ("rerun", a deadlock, a lost
+        # claim) takes them back with the rest, and the next try reserves again.
+        reserved = self.gate.reserve(session, [c.row for c in pending], self.clock())
         for index, claim in enumerate(pending):
             if (ran or decided) and time.monotonic() - started >= self.batch_seconds:
-                return ran, decided, raised, pending[index:]
+                rest = pending[index:]
+                for later in rest:  # they run (and reserve) in the batch's next transaction
+                    self.gate.release(session, later.row, reserved)
+                return ran, decided, raised, rest
             handler = self.consumer.handler_for(claim.row.type)
             assert handler is not None
-            result = self._one(session, claim, handler)
+            result = self._one(session, claim, handler, reserved)
             if result is None:
                 ran.append(claim)
             elif isinstance(result, Decided):
@@ -238,10 +244,14 @@ class BatchRunner(ConsumerPart):
                 session.rollback()
                 raise _Raised(result)
             else:
+                # Its savepoint took back its effect, not the batch's reservation of its key.
+                self.gate.release(session, claim.row, reserved)
                 raised.append(result)
         return ran, decided, raised, []
 
-    def _one(self, session: Session, claim: Claim, handler: Handler) -> Failed | Decided | None:
+    def _one(
+        self, session: Session, claim: Claim, handler: Handler, reserved: Reserved
+    ) -> Failed | Decided | None:
         """Run one handler behind the gate (its checks and writes in the handler's
         savepoint, or transaction, so a failing handler takes them back with its effect)."""
         row = claim.row
@@ -251,11 +261,11 @@ class BatchRunner(ConsumerPart):
         try:
             if self.isolation == "savepoint":
                 with session.begin_nested():
-                    decided = self.gate.before(session, row, now)
+                    decided = self.gate.before(session, row, now, reserved)
                     if decided is None:
                         self.calls.call(handler, session, message)
             else:
-                decided = self.gate.before(session, row, now)
+                decided = self.gate.before(session, row, now, reserved)
                 if decided is None:
                     self.calls.call(handler, session, message)
                     session.flush()  # the handler's pending ORM writes fail here, as its own
@@ -309,8 +319,8 @@ class BatchRunner(ConsumerPart):
             outcomes.append((claim, state))
         # After every state of this transaction is written: a change deferred by this very
         # batch (its predecessor ran after it here) is then found and freed.
-        for claim in [*ran, *(c for c, d in gated if d.duplicate)]:
-            self.gate.after(session, claim.row, now)
+        applied = [*ran, *(c for c, d in gated if d.duplicate)]
+        self.gate.after(session, [c.row for c in applied], now)
         # Every finish frees its group (or leaves its retry in line): the head pass looks.
         groups = (c.serial_group for c, _ in outcomes)
         mark_groups(session, self.groups, self.consumer.name, groups)

@@ -8,10 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Insert, Select, Table, Update, and_, exists, select, update
+from sqlalchemy import (
+    Delete,
+    Insert,
+    Select,
+    Table,
+    Update,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    select,
+    tuple_,
+    update,
+)
 
 from outbox import states
 from outbox.dialect import Dialect
@@ -35,6 +49,29 @@ def record_effect(
     )
     # SQLAlchemy reports an INSERT's rowcount only when asked to.
     return stmt.execution_options(preserve_rowcount=True)
+
+
+@lru_cache(maxsize=32)
+def record_effects(dialect: Dialect, effects: Table) -> Insert:
+    """``record_effect`` for many keys in one statement, executed with ``[{consumer,
+    effect_key, event_id, applied_at}]`` (distinct keys, in key order: two batches taking
+    some of the same keys wait for each other in one order). Returns the keys inserted
+    now: ours; the others are recorded already. Only where INSERT has RETURNING."""
+    stmt: Insert = dialect.insert_or_ignore(effects, ["consumer", "effect_key"])
+    return stmt.returning(effects.c.effect_key)
+
+
+@lru_cache(maxsize=32)
+def forget_effect(effects: Table) -> Delete:
+    """Take back a key ``record_effects`` took for a message whose handler then failed
+    (its savepoint rolled back, the batch's insert did not). Parameters: consumer,
+    effect_key, event_id."""
+    e = effects.c
+    return delete(effects).where(
+        e.consumer == bindparam("consumer"),
+        e.effect_key == bindparam("effect_key"),
+        e.event_id == bindparam("event_id"),
+    )
 
 
 def effect_owner(effects: Table, consumer: str, effect_key: str) -> Select[Any]:
@@ -61,15 +98,26 @@ def last_applied(sequences: Table, consumer: str, key: str, *, lock: bool = Fals
     return stmt.with_for_update() if lock else stmt
 
 
-def advance(sequences: Table, consumer: str, key: str, number: int) -> Update:
+@lru_cache(maxsize=32)
+def advance(sequences: Table) -> Update:
     """Record ``number`` applied, only if it is the next one (one row changed): of two runs of
-    one number, the second finds ``last`` moved and applies nothing."""
+    one number, the second finds ``last`` moved and applies nothing. Built once (it runs
+    before every handler of a keyed message); parameters: ``advance_parameters``."""
     s = sequences.c
     return (
         update(sequences)
-        .where(s.consumer == consumer, s.sequence_key == key, s.last == number - 1)
-        .values(last=number)
+        .where(
+            s.consumer == bindparam("of_consumer"),
+            s.sequence_key == bindparam("of_key"),
+            s.last == bindparam("previous"),
+        )
+        .values(last=bindparam("applied"))
+        .execution_options(preserve_rowcount=True)
     )
+
+
+def advance_parameters(consumer: str, key: str, number: int) -> dict[str, Any]:
+    return {"of_consumer": consumer, "of_key": key, "previous": number - 1, "applied": number}
 
 
 def advance_past(sequences: Table, consumer: str, key: str, number: int) -> Update:
@@ -94,6 +142,26 @@ def free_successor(inbox: Table, consumer: str, key: str, number: int, now: date
             t.state == states.DEFERRED,
         )
         .values(state=states.READY, available_at=now)
+    )
+
+
+@lru_cache(maxsize=32)
+def free_successors(inbox: Table) -> Update:
+    """``free_successor`` for every change a batch applied, in one statement: the deferred
+    change ``number + 1`` of each key. Parameters: of_consumer, successors (a list of
+    ``(key, number + 1)``), freed_at."""
+    t = inbox.c
+    return (
+        update(inbox)
+        .where(
+            t.consumer == bindparam("of_consumer"),
+            # Implied by the list, said for the planner: ix_inbox_sequence is partial on it.
+            t.sequence_key.is_not(None),
+            tuple_(t.sequence_key, t.sequence).in_(bindparam("successors", expanding=True)),
+            t.state == states.DEFERRED,
+        )
+        .values(state=states.READY, available_at=bindparam("freed_at"))
+        .execution_options(preserve_rowcount=True)
     )
 
 

@@ -1,7 +1,8 @@
 """The SQL that moves messages into the inbox: ingest (one statement per batch, a duplicate
 ``(event_id, consumer)`` bumps ``duplicates`` instead of raising: ``ON CONFLICT DO UPDATE`` on
-PostgreSQL and SQLite, ``ON DUPLICATE KEY UPDATE`` on MariaDB/MySQL) and the database
-source's take of committed outbox rows.
+PostgreSQL and SQLite, ``ON DUPLICATE KEY UPDATE`` on MariaDB/MySQL; on PostgreSQL the rows
+travel as one JSON array, ``ingest_recordset``) and the database source's take of committed
+outbox rows (on PostgreSQL the whole take in one statement, ``take_into_inbox``).
 """
 
 from __future__ import annotations

@@ -60,6 +60,50 @@ def test_a_failed_run_does_not_take_the_effect_key(engine: Engine) -> None:
     assert kit.row("second").reason == "duplicate-effect"
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_handler_failing_in_a_batch_gives_its_effect_key_to_the_next_message(
+    engine: Engine, isolation: str
+) -> None:
+    # The batch takes its effect keys in one statement before any handler runs: the key of
+    # a handler that fails must be free again for the next message of that key, as when
+    # each message took its key just before its handler.
+    kit = make_contract_kit(engine, isolation=isolation)
+    kit.raise_for["first"] = RuntimeError("provider down")
+    kit.receive(change("first", effect_key="k"), change("other", effect_key="k-2"))
+    kit.receive(change("second", effect_key="k"))
+
+    assert kit.run_pass() == {"first": states.RETRY, "other": "done", "second": "done"}
+
+    kit.clock.advance(2)
+    assert kit.run_pass() == {"first": "duplicate"}
+    assert kit.applied == ["other", "second"]
+    with engine.connect() as conn:
+        owners = dict(
+            conn.execute(select(effects_table.c.effect_key, effects_table.c.event_id)).all()
+        )
+    assert owners == {"k": kit.row("second").event_id, "k-2": kit.row("other").event_id}
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_batch_cut_by_its_time_bound_leaves_the_rest_their_effect_keys(
+    engine: Engine, isolation: str
+) -> None:
+    # Each message after the first runs in a transaction of its own (time bound 0): the
+    # keys taken for the whole batch at its start must not commit with the first one.
+    kit = make_contract_kit(engine, isolation=isolation)
+    kit.runner.batch_seconds = 0.0
+    kit.receive(*(change(m, effect_key=f"key-{m}") for m in ("a", "b", "c")))
+
+    assert kit.run_pass() == {"a": "done", "b": "done", "c": "done"}
+
+    assert kit.applied == ["a", "b", "c"]
+    with engine.connect() as conn:
+        owners = dict(
+            conn.execute(select(effects_table.c.effect_key, effects_table.c.event_id)).all()
+        )
+    assert owners == {f"key-{m}": kit.row(m).event_id for m in ("a", "b", "c")}
+
+
 def test_numbers_arriving_1_3_2_are_applied_1_2_3(engine: Engine) -> None:
     kit = make_contract_kit(engine)
     kit.receive(change("n1", sequence_key="invoice-417", sequence=1))

@@ -10,6 +10,7 @@ column reads n/a.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -194,7 +195,7 @@ def part_throughput(
         ),
         *(
             (
-                f"{plain}: pgqueuer ({d} driver, batch 10)",
+                f"{plain}: pgqueuer ({d} driver, batch {os.environ.get('BENCH_PGQ_BATCH', '10')})",
                 rate_text(results[False, d]),
                 "(peer)" if d == "psycopg" else "(report)",
                 "-",

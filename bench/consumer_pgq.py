@@ -120,12 +120,14 @@ def main() -> None:
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("pgqueuer").setLevel(logging.WARNING)
+    # BENCH_PGQ_BATCH: pgqueuer's batch size (its default 10; its tuned runs use 100).
+    batch = int(os.environ.get("BENCH_PGQ_BATCH", "10"))
     try:
         import uvloop
     except ImportError:
-        asyncio.run(run(create))
+        asyncio.run(run(create, batch_size=batch))
     else:
-        uvloop.run(run(create))
+        uvloop.run(run(create, batch_size=batch))
 
 
 if __name__ == "__main__":

@@ -71,6 +71,15 @@ def engine(db_url: URL) -> Iterator[Engine]:
 
 
 @pytest.fixture
+def pg_engine(db_factories: dict[str, DatabaseFactory]) -> Iterator[Engine]:
+    """A migrated PostgreSQL database of its own, for the tests of PostgreSQL-only statements."""
+    with db_factories["postgresql"].database() as url:
+        eng = make_engine(url)
+        yield eng
+        eng.dispose()
+
+
+@pytest.fixture
 def dsn(db_url: URL) -> str:
     """The test database as a string, for subprocesses and the CLI."""
     return db_url.render_as_string(hide_password=False)

@@ -6,32 +6,20 @@ documents, a rejected message, the contract's fields, no key or group)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
-import pytest
 from sqlalchemy import Engine, select
 
 from inbox import Consumer
 from inbox.ingest import InboxIngest
 from inbox.sql.ingest import INGESTED_COLUMNS
-from outbox.dsn import make_engine
 from outbox.schema import inbox_table
 from outbox.transport import Rejected
 from outbox.wire import H_EVENT_ID, H_QUEUE, Envelope
-from tests.support.databases import DatabaseFactory
 
 NOW = datetime(2026, 12, 4, 12, 0, 0, 123456, tzinfo=UTC)
-
-
-@pytest.fixture
-def pg(db_factories: dict[str, DatabaseFactory]) -> Iterator[Engine]:
-    with db_factories["postgresql"].database() as url:
-        engine = make_engine(url)
-        yield engine
-        engine.dispose()
 
 
 def _messages() -> list[Envelope | Rejected]:
@@ -58,10 +46,10 @@ def _messages() -> list[Envelope | Rejected]:
     ]
 
 
-def test_each_row_is_the_row_the_ingest_built(pg: Engine) -> None:
+def test_each_row_is_the_row_the_ingest_built(pg_engine: Engine) -> None:
     consumer = Consumer("billing", queues=["jobs"])
     consumer.handler("job")(lambda session, message: None)
-    ingest = InboxIngest(consumer, pg, clock=lambda: NOW)
+    ingest = InboxIngest(consumer, pg_engine, clock=lambda: NOW)
     messages = _messages()
     expected = {}
     for message in messages:
@@ -70,10 +58,10 @@ def test_each_row_is_the_row_the_ingest_built(pg: Engine) -> None:
             row[name] = None if row[name] is None else json.loads(row[name])
         expected[row["event_id"]] = row
 
-    with pg.begin() as conn:
+    with pg_engine.begin() as conn:
         result = ingest.within(conn, messages)
 
-    with pg.connect() as conn:
+    with pg_engine.connect() as conn:
         found = {r["event_id"]: dict(r) for r in conn.execute(select(inbox_table)).mappings()}
     assert set(found) == set(expected)
     for event_id, row in expected.items():
@@ -81,16 +69,16 @@ def test_each_row_is_the_row_the_ingest_built(pg: Engine) -> None:
     assert (result.inserted, result.duplicates, result.failed) == (7, 0, 3)
 
 
-def test_a_batch_received_twice_is_counted_as_duplicates(pg: Engine) -> None:
+def test_a_batch_received_twice_is_counted_as_duplicates(pg_engine: Engine) -> None:
     consumer = Consumer("billing", queues=["jobs"])
     consumer.handler("job")(lambda session, message: None)
-    ingest = InboxIngest(consumer, pg)
+    ingest = InboxIngest(consumer, pg_engine)
     messages = _messages()
-    with pg.begin() as conn:
+    with pg_engine.begin() as conn:
         ingest.within(conn, messages[:3])
-    with pg.begin() as conn:
+    with pg_engine.begin() as conn:
         again = ingest.within(conn, messages + messages[:1])
     assert (again.inserted, again.duplicates) == (4, 4)
-    with pg.connect() as conn:
+    with pg_engine.connect() as conn:
         counts = sorted(conn.execute(select(inbox_table.c.duplicates)).scalars())
     assert counts == [0, 0, 0, 0, 1, 1, 2]

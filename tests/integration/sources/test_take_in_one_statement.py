@@ -6,13 +6,11 @@ as that path does."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import psycopg.sql
-import pytest
 from sqlalchemy import Engine, func, select
 
 import outbox
@@ -20,11 +18,9 @@ from inbox import Consumer
 from inbox.ingest import InboxIngest, IngestResult, wake_payload
 from inbox.sources.database import DatabaseSource
 from outbox import states
-from outbox.dsn import make_engine
 from outbox.queries import message_columns
 from outbox.schema import inbox_sequences_table, inbox_table, outbox_table
 from outbox.wire import envelope_from_row
-from tests.support.databases import DatabaseFactory
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 # Every column the take writes; ``id`` and ``duplicates`` are the database's own.
@@ -33,14 +29,6 @@ WRITTEN = (
     "headers", "state", "attempts", "available_at", "last_error", "occurred_at",
     "received_at", "finished_at", "effect_key", "sequence_key", "sequence", "schema_version",
 )  # fmt: skip
-
-
-@pytest.fixture
-def pg(db_factories: dict[str, DatabaseFactory]) -> Iterator[Engine]:
-    with db_factories["postgresql"].database() as url:
-        engine = make_engine(url)
-        yield engine
-        engine.dispose()
 
 
 def _consumer() -> Consumer:
@@ -124,17 +112,17 @@ def _recording(engine: Engine, consumer: Consumer) -> tuple[InboxIngest, list[In
     return ingest, results
 
 
-def test_the_rows_written_are_the_ingests_rows(pg: Engine) -> None:
+def test_the_rows_written_are_the_ingests_rows(pg_engine: Engine) -> None:
     consumer = _consumer()
-    _store_variety(pg)
-    due = _due_rows(pg, consumer)
-    expected = _expected(pg, consumer, due)
-    ingest, results = _recording(pg, consumer)
+    _store_variety(pg_engine)
+    due = _due_rows(pg_engine, consumer)
+    expected = _expected(pg_engine, consumer, due)
+    ingest, results = _recording(pg_engine, consumer)
 
-    taken = _source(pg, consumer).run_once(ingest, 100, 0.0)
+    taken = _source(pg_engine, consumer).run_once(ingest, 100, 0.0)
 
     assert taken == len(due) == 10
-    inbox = _inbox(pg)
+    inbox = _inbox(pg_engine)
     assert set(inbox) == set(expected)
     moment = NOW + timedelta(days=1)
     for event_id, row in expected.items():
@@ -153,7 +141,7 @@ def test_the_rows_written_are_the_ingests_rows(pg: Engine) -> None:
     ]
     assert results == [IngestResult(inserted=10, duplicates=0, failed=2)]
     o = outbox_table.c
-    with pg.connect() as conn:
+    with pg_engine.connect() as conn:
         by_status = {
             r.status: r.n
             for r in conn.execute(select(o.status, func.count().label("n")).group_by(o.status))
@@ -166,80 +154,80 @@ def test_the_rows_written_are_the_ingests_rows(pg: Engine) -> None:
     assert counters == {"s-1": 0, "s-2": 0}
 
 
-def test_a_message_already_received_is_counted_as_a_duplicate(pg: Engine) -> None:
+def test_a_message_already_received_is_counted_as_a_duplicate(pg_engine: Engine) -> None:
     consumer = _consumer()
-    with pg.begin() as conn:
+    with pg_engine.begin() as conn:
         first = outbox.store(conn, "jobs", "job", {"n": 1})
         outbox.store(conn, "jobs", "job", {"n": 2})
     # Received once already (by a broker, say) before the take
-    row = next(r for r in _due_rows(pg, consumer) if r.event_id == first)
-    InboxIngest(consumer, pg)([envelope_from_row(row._mapping)])
-    before = _inbox(pg)[first]
-    ingest, results = _recording(pg, consumer)
+    row = next(r for r in _due_rows(pg_engine, consumer) if r.event_id == first)
+    InboxIngest(consumer, pg_engine)([envelope_from_row(row._mapping)])
+    before = _inbox(pg_engine)[first]
+    ingest, results = _recording(pg_engine, consumer)
 
-    assert _source(pg, consumer).run_once(ingest, 100, 0.0) == 2
+    assert _source(pg_engine, consumer).run_once(ingest, 100, 0.0) == 2
 
-    after = _inbox(pg)
+    after = _inbox(pg_engine)
     assert after[first]["duplicates"] == 1
     assert {c: after[first][c] for c in WRITTEN} == {c: before[c] for c in WRITTEN}
     assert results == [IngestResult(inserted=1, duplicates=1, failed=0)]
 
 
 def test_the_most_urgent_come_first_up_to_the_limit_and_locked_rows_are_skipped(
-    pg: Engine,
+    pg_engine: Engine,
 ) -> None:
     consumer = _consumer()
-    with pg.begin() as conn:
+    with pg_engine.begin() as conn:
         ids = [outbox.store(conn, "jobs", "job", {"p": p}, priority=p) for p in (3, 1, 2, 1)]
     held = ids[1]  # the first priority-1 row, locked by another transaction
-    with pg.connect() as other:
+    with pg_engine.connect() as other:
         o = outbox_table.c
         with other.begin():
             other.execute(select(o.id).where(o.event_id == held).with_for_update())
-            ingest, _ = _recording(pg, consumer)
-            assert _source(pg, consumer).run_once(ingest, 2, 0.0) == 2
-            assert set(_inbox(pg)) == {ids[3], ids[2]}  # priority 1 (not held), then 2
-        assert _source(pg, consumer).run_once(ingest, 2, 0.0) == 2
-    assert set(_inbox(pg)) == set(ids)
+            ingest, _ = _recording(pg_engine, consumer)
+            assert _source(pg_engine, consumer).run_once(ingest, 2, 0.0) == 2
+            assert set(_inbox(pg_engine)) == {ids[3], ids[2]}  # priority 1 (not held), then 2
+        assert _source(pg_engine, consumer).run_once(ingest, 2, 0.0) == 2
+    assert set(_inbox(pg_engine)) == set(ids)
 
 
-def test_nothing_due_takes_nothing_and_counts_nothing(pg: Engine) -> None:
+def test_nothing_due_takes_nothing_and_counts_nothing(pg_engine: Engine) -> None:
     consumer = _consumer()
-    with pg.begin() as conn:
+    with pg_engine.begin() as conn:
         outbox.store(conn, "other", "job", {})
-    ingest, results = _recording(pg, consumer)
-    assert _source(pg, consumer).run_once(ingest, 100, 0.0) == 0
+    ingest, results = _recording(pg_engine, consumer)
+    assert _source(pg_engine, consumer).run_once(ingest, 100, 0.0) == 0
     assert results == []
-    assert _inbox(pg) == {}
+    assert _inbox(pg_engine) == {}
 
 
 def test_workers_are_woken_when_rows_were_inserted_and_not_for_duplicates_only(
-    pg: Engine,
+    pg_engine: Engine,
 ) -> None:
     consumer = _consumer()
-    url = pg.url.set(drivername="postgresql")
+    url = pg_engine.url.set(drivername="postgresql")
     with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as listener:
         listener.execute(
             psycopg.sql.SQL("LISTEN {}").format(
                 psycopg.sql.Identifier(consumer.config.notify_channel)
             )
         )
-        with pg.begin() as conn:
+        with pg_engine.begin() as conn:
             outbox.store(conn, "jobs", "job", {"n": 1}, event_id=EVENT)
         assert _notifications(listener) == ["jobs"]  # store()'s, for the relay
-        ingest, _ = _recording(pg, consumer)
-        assert _source(pg, consumer).run_once(ingest, 100, 0.0) == 1
+        ingest, _ = _recording(pg_engine, consumer)
+        assert _source(pg_engine, consumer).run_once(ingest, 100, 0.0) == 1
         assert _notifications(listener) == [wake_payload(consumer)]
 
         # The same row pending again (an operator's republish, say) reaches the take as a
         # duplicate only: no wake-up.
-        with pg.begin() as conn:
+        with pg_engine.begin() as conn:
             conn.execute(
                 outbox_table.update()
                 .where(outbox_table.c.event_id == EVENT)
                 .values(status=states.PENDING)
             )
-        assert _source(pg, consumer).run_once(ingest, 100, 0.0) == 1
+        assert _source(pg_engine, consumer).run_once(ingest, 100, 0.0) == 1
         assert _notifications(listener) == []
 
 

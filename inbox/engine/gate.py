@@ -77,17 +77,24 @@ class Gate:
     def reserve(self, conn: Connection | Session, rows: Sequence[Any], now: datetime) -> Reserved:
         """The effect keys of a transaction's messages taken in ONE insert before any of
         them runs, rather than one insert before each handler. Only the first message of
-        each key, and only messages without a sequence key (whose number is checked before
-        their key may be taken); the others take theirs in ``before`` as they come. Where
+        each key, and only keys that no message with a sequence key of the batch names
+        (whose number is checked before their key may be taken); the others take theirs in
+        ``before`` as they come. Where
         INSERT has no RETURNING (MariaDB) nothing is reserved: the rows inserted could not be
         told from the rows a past run of the same event left."""
         reserved = Reserved()
         if not self.part.dialect.returning:
             return reserved
         first: dict[str, Any] = {}
+        # A key that a message with a sequence key of this batch also names is left to
+        # ``before``: reserved for another message, that one's conditional insert would find
+        # it taken and acknowledge it as a duplicate, and a failure or the time bound could
+        # then give the key back with neither effect committed.
+        sequenced = {r.effect_key for r in rows if r.sequence_key is not None}
         for row in rows:
-            if row.effect_key is not None and row.sequence_key is None:
-                first.setdefault(row.effect_key, row)
+            key = row.effect_key
+            if key is not None and row.sequence_key is None and key not in sequenced:
+                first.setdefault(key, row)
         if not first:
             return reserved
         values = [

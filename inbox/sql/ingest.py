@@ -119,6 +119,8 @@ def as_recordset(rows: Sequence[dict[str, Any]]) -> str:
         for name in ("available_at", "occurred_at", "received_at", "finished_at"):
             moment = record[name]
             if moment is not None:
+                if moment.tzinfo is None:  # as ``UTCDateTime`` refuses it on the other path
+                    raise ValueError(f"{name}: naive datetime {moment!r}: pass an aware one")
                 record[name] = moment.isoformat()
         records.append(record)
     return json.dumps(records, ensure_ascii=False, separators=(",", ":"))

@@ -85,6 +85,29 @@ def test_a_handler_failing_in_a_batch_gives_its_effect_key_to_the_next_message(
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("cut", [False, True], ids=["whole", "time-bound"])
+def test_an_effect_key_shared_with_a_sequenced_change_goes_to_the_first_in_line(
+    engine: Engine, isolation: str, cut: bool
+) -> None:
+    # The sequenced change is first in line and takes the key; the plain message after it
+    # is the duplicate, whatever the second one's handler or the time bound does.
+    kit = make_contract_kit(engine, isolation=isolation)
+    if cut:
+        kit.runner.batch_seconds = 0.0
+    kit.raise_for["plain"] = RuntimeError("must not run")
+    kit.receive(change("sequenced", sequence_key="s", sequence=1, effect_key="k"))
+    kit.receive(change("plain", effect_key="k"))
+
+    assert kit.run_pass() == {"sequenced": "done", "plain": "duplicate"}
+
+    assert kit.applied == ["sequenced"]
+    assert kit.last_applied("s") == 1
+    with engine.connect() as conn:
+        owner = conn.execute(select(effects_table.c.event_id)).scalar_one()
+    assert owner == kit.row("sequenced").event_id
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_batch_cut_by_its_time_bound_leaves_the_rest_their_effect_keys(
     engine: Engine, isolation: str
 ) -> None:

@@ -84,21 +84,28 @@ def insert_postgresql(table: Table, channel: str | None) -> Insert:
     text parameter: psycopg dumps one string instead of sixteen arrays (bench/store.py
     measured both; docs in README).
     """
-    rows = cast(bindparam("rows", type_=Text()), postgresql.JSONB())
-    record = (
-        func.jsonb_to_recordset(rows)
-        .table_valued(*[column(n, _RECORD_TYPES.get(n, Text())) for n in _PG_COLUMNS])
-        .render_derived(name="r", with_types=True)
-    )
-    values = [
-        cast(record.c[n], postgresql.JSONB()) if n in ("payload", "headers") else record.c[n]
-        for n in _PG_COLUMNS
-    ]
+    values = recordset_columns(_PG_COLUMNS, _RECORD_TYPES)
     return (
         POSTGRESQL.insert_or_ignore(table, ["event_id"])
         .from_select(list(_PG_COLUMNS), select(*values))
         .returning(*_returning_pg(table, channel))
     )
+
+
+def recordset_columns(names: Sequence[str], types: dict[str, Any]) -> list[Any]:
+    """The columns ``names`` of the JSON array parameter ``rows`` read by
+    ``jsonb_to_recordset`` (PostgreSQL), each of its type in ``types`` (text otherwise);
+    ``payload`` and ``headers`` arrive as JSON text and are cast to JSONB."""
+    rows = cast(bindparam("rows", type_=Text()), postgresql.JSONB())
+    record = (
+        func.jsonb_to_recordset(rows)
+        .table_valued(*[column(n, types.get(n, Text())) for n in names])
+        .render_derived(name="r", with_types=True)
+    )
+    return [
+        cast(record.c[n], postgresql.JSONB()) if n in ("payload", "headers") else record.c[n]
+        for n in names
+    ]
 
 
 def as_recordset(rows: Sequence[dict[str, Any]]) -> str:

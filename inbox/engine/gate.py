@@ -79,9 +79,9 @@ class Gate:
         them runs, rather than one insert before each handler. Only the first message of
         each key, and only keys that no message with a sequence key of the batch names
         (whose number is checked before their key may be taken); the others take theirs in
-        ``before`` as they come. Where
-        INSERT has no RETURNING (MariaDB) nothing is reserved: the rows inserted could not be
-        told from the rows a past run of the same event left."""
+        ``before`` as they come. Where INSERT has no RETURNING (MariaDB) nothing is reserved:
+        the rows inserted could not be told from the rows a past run of the same event
+        left."""
         reserved = Reserved()
         if not self.part.dialect.returning:
             return reserved
@@ -127,7 +127,7 @@ class Gate:
         conn: Connection | Session,
         row: Any,
         now: datetime,
-        reserved: Reserved | None = None,
+        reserved: Reserved,
     ) -> Decided | None:
         """None: the handler may run (the number and the effect key are now this
         transaction's). Else what the row becomes instead. ``reserved``: what ``reserve``
@@ -136,9 +136,9 @@ class Gate:
             decided = self._sequence(conn, row, now)
             if decided is not None:
                 return decided
-        if reserved is not None and row.id in reserved.ours:
+        if row.id in reserved.ours:
             return None
-        if reserved is not None and row.id in reserved.taken:
+        if row.id in reserved.taken:
             return Decided(states.DONE, contract.DUPLICATE_EFFECT, now)
         if row.effect_key is not None:
             taken = conn.execute(

@@ -20,13 +20,10 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
-    Text,
     Update,
     any_,
     bindparam,
     case,
-    cast,
-    column,
     func,
     literal,
     literal_column,
@@ -40,7 +37,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from inbox.sql.predicates import FIRST_PARTS, point_ranges, point_values
 from outbox import states
 from outbox.dialect import Dialect
-from outbox.queries import message_columns, per_row
+from outbox.queries import message_columns, per_row, recordset_columns
 from outbox.wire import H_KEY
 
 # How the reason of a type without a handler starts (``inbox.ingest.unknown_type_reason``).
@@ -79,7 +76,6 @@ _RECORD_TYPES: dict[str, Any] = {
     "received_at": postgresql.TIMESTAMP(timezone=True),
     "finished_at": postgresql.TIMESTAMP(timezone=True),
 }
-_DOCUMENTS = ("payload", "headers")
 
 
 @lru_cache(maxsize=64)
@@ -88,16 +84,7 @@ def ingest_recordset(table: Table) -> Any:
     ``as_recordset``) read by ``jsonb_to_recordset``, as ``store_many`` inserts: one
     parameter whatever the batch, where the multi-row ``VALUES`` of ``ingest_returning``
     sends twenty per row, converted again by the driver on every call."""
-    rows = cast(bindparam("rows", type_=Text()), postgresql.JSONB())
-    record = (
-        func.jsonb_to_recordset(rows)
-        .table_valued(*[column(n, _RECORD_TYPES.get(n, Text())) for n in INGESTED_COLUMNS])
-        .render_derived(name="r", with_types=True)
-    )
-    values = [
-        cast(record.c[n], postgresql.JSONB()) if n in _DOCUMENTS else record.c[n]
-        for n in INGESTED_COLUMNS
-    ]
+    values = recordset_columns(INGESTED_COLUMNS, _RECORD_TYPES)
     t = table.c
     return (
         postgresql.insert(table)
